@@ -1,0 +1,51 @@
+"""agentqueue: a durable task queue and scheduler for AI-agent work, on SQLite or PostgreSQL."""
+
+from .clock import Clock, ManualClock, SystemClock
+from .config import Settings, load_settings
+from .domain.errors import (
+    AgentQueueError,
+    ConfigError,
+    InvalidInput,
+    LeaseLost,
+    NotFound,
+    StoreError,
+    TransitionRefused,
+)
+from .domain.models import Event, Task
+from .domain.states import TaskState
+from .queue import AsyncQueue, Queue
+from .service.execution import HeartbeatReply, Outcome, OutcomeKind
+from .service.reads import Stats, TaskPage
+from .service.submit import SubmitResult
+from .spec import TaskSpec
+from .store import Lease
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AgentQueueError",
+    "AsyncQueue",
+    "Clock",
+    "ConfigError",
+    "Event",
+    "HeartbeatReply",
+    "InvalidInput",
+    "Lease",
+    "LeaseLost",
+    "ManualClock",
+    "NotFound",
+    "Outcome",
+    "OutcomeKind",
+    "Queue",
+    "Settings",
+    "Stats",
+    "StoreError",
+    "SubmitResult",
+    "SystemClock",
+    "Task",
+    "TaskPage",
+    "TaskSpec",
+    "TaskState",
+    "TransitionRefused",
+    "load_settings",
+]

@@ -1,0 +1,148 @@
+"""The tamper-evident audit chain (R3).
+
+Each task has its own chain of events numbered 1, 2, 3, ... Every event's hash covers the previous
+event's hash and every field of the event, so changing an event breaks its hash and deleting one
+breaks the numbering or the head recorded on the task (``event_seq``, ``last_hash``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+from uuid import UUID
+
+GENESIS = "0" * 64
+"""The "previous hash" of every task's first event."""
+
+
+def canonical_json(value: Any) -> str:
+    """The one text form of a JSON value that hashes are taken over (sorted keys, no spaces)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def canonical_time(at: datetime) -> str:
+    """UTC, microseconds, ``Z``: the same text from every store."""
+    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def event_hash(
+    prev_hash: str,
+    *,
+    task_id: UUID,
+    tenant: str,
+    seq: int,
+    at: datetime,
+    from_state: str | None,
+    to_state: str,
+    action: str,
+    actor: str,
+    reason: str,
+    data_text: str,
+) -> str:
+    """SHA-256 over the previous hash and the event's fields, as hex."""
+    material = json.dumps(
+        [
+            prev_hash,
+            str(task_id),
+            tenant,
+            seq,
+            canonical_time(at),
+            from_state,
+            to_state,
+            action,
+            actor,
+            reason,
+            data_text,
+        ],
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+    return hashlib.sha256(material.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class StoredEvent:
+    """An event row exactly as read back for verification (``data_text`` as stored)."""
+
+    task_id: UUID
+    tenant: str
+    seq: int
+    at: datetime
+    from_state: str | None
+    to_state: str
+    action: str
+    actor: str
+    reason: str
+    data_text: str
+    hash: str
+
+    def expected_hash(self, prev_hash: str) -> str:
+        """The hash this event should carry after ``prev_hash``."""
+        return event_hash(
+            prev_hash,
+            task_id=self.task_id,
+            tenant=self.tenant,
+            seq=self.seq,
+            at=self.at,
+            from_state=self.from_state,
+            to_state=self.to_state,
+            action=self.action,
+            actor=self.actor,
+            reason=self.reason,
+            data_text=self.data_text,
+        )
+
+
+@dataclass(frozen=True)
+class ChainBreak:
+    """The first place a task's chain does not hold, in words a person can act on."""
+
+    task_id: UUID
+    seq: int
+    problem: str
+
+    def __str__(self) -> str:
+        return f"task {self.task_id} event {self.seq}: {self.problem}"
+
+
+def check_chain(
+    task_id: UUID,
+    events: Iterable[StoredEvent],
+    head_seq: int | None,
+    head_hash: str | None,
+    tenant: str | None = None,
+) -> ChainBreak | None:
+    """Check one task's events (in seq order) against each other and the head on the task row.
+
+    ``head_seq``/``head_hash`` are None when the task row itself is gone; then the chain is only
+    checked internally.
+    """
+    prev = GENESIS
+    expected_seq = 1
+    for event in events:
+        if event.seq != expected_seq:
+            missing = expected_seq if event.seq > expected_seq else event.seq
+            return ChainBreak(task_id, missing, f"missing (found event {event.seq} next)")
+        if tenant is not None and event.tenant != tenant:
+            return ChainBreak(task_id, event.seq, "tenant differs from the task's")
+        if event.expected_hash(prev) != event.hash:
+            return ChainBreak(task_id, event.seq, "hash does not match its contents")
+        prev = event.hash
+        expected_seq += 1
+    last = expected_seq - 1
+    if head_seq is not None and last != head_seq:
+        if last < head_seq:
+            return ChainBreak(task_id, last + 1, f"missing (the task records {head_seq} events)")
+        return ChainBreak(task_id, head_seq + 1, "not recorded on the task")
+    if head_hash is not None and last > 0 and prev != head_hash:
+        return ChainBreak(task_id, last, "hash differs from the one recorded on the task")
+    return None
+
+
+def data_text(data: Mapping[str, Any]) -> str:
+    """The stored text of an event's data."""
+    return canonical_json(dict(data))

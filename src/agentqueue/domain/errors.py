@@ -1,0 +1,69 @@
+"""The error types every layer raises.
+
+Shells map them to answers: the CLI exits 2 for :class:`InvalidInput` and 1 for the rest; the HTTP
+API will map them to 4xx codes. Messages never carry secrets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class AgentQueueError(Exception):
+    """Base of every error agentqueue raises on purpose."""
+
+
+@dataclass(frozen=True)
+class FieldProblem:
+    """One invalid field: where it is (``priority``, ``tasks[3].payload``) and what is wrong."""
+
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}" if self.field else self.message
+
+
+class InvalidInput(AgentQueueError):
+    """Input that cannot be accepted. Names every offending field; nothing has been written."""
+
+    def __init__(self, problems: list[FieldProblem] | FieldProblem | str, field: str = "") -> None:
+        if isinstance(problems, str):
+            problems = [FieldProblem(field, problems)]
+        elif isinstance(problems, FieldProblem):
+            problems = [problems]
+        self.problems: list[FieldProblem] = problems
+        super().__init__("; ".join(str(p) for p in problems))
+
+    @property
+    def fields(self) -> list[str]:
+        """The names of the offending fields, in order."""
+        return [p.field for p in self.problems]
+
+
+class ConfigError(InvalidInput):
+    """The configuration file or an environment override is invalid."""
+
+
+class NotFound(AgentQueueError):
+    """No task (or other object) with that id is visible in this tenant."""
+
+
+class TransitionRefused(AgentQueueError):
+    """The state machine refused a change; ``refusal`` says which and why."""
+
+    def __init__(self, refusal: object) -> None:
+        self.refusal = refusal
+        super().__init__(str(refusal))
+
+
+class LeaseLost(TransitionRefused):
+    """An executor wrote with a lock_token that no longer holds the task (fencing)."""
+
+
+class StoreError(AgentQueueError):
+    """The database could not be reached or answered with an unexpected error."""
+
+
+class Conflict(AgentQueueError):
+    """A guarded write lost a race it could not resolve by retrying."""

@@ -1,0 +1,159 @@
+"""Frozen records: Task (SPEC section 1), Event (R3) and the default timeouts per task type."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from .states import TaskState
+
+DEFAULT_TIMEOUTS: dict[str, int] = {
+    "bugfix": 120,
+    "review": 180,
+    "feature": 600,
+    "test": 120,
+    "docs": 60,
+    "refactor": 900,
+}
+"""Seconds per attempt by task_type (SPEC section 1); other types get DEFAULT_TIMEOUT."""
+
+DEFAULT_TIMEOUT = 300
+
+SOURCES = frozenset({"issue", "pr", "api", "cron", "manual", "mail"})
+"""Where work comes from (SPEC section 1)."""
+
+
+def default_timeout(task_type: str, overrides: dict[str, int] | None = None) -> int:
+    """The attempt timeout for a task type: configured override, then the SPEC map, then 300 s."""
+    if overrides and task_type in overrides:
+        return overrides[task_type]
+    return DEFAULT_TIMEOUTS.get(task_type, DEFAULT_TIMEOUT)
+
+
+@dataclass(frozen=True)
+class Task:
+    """One unit of agent work as stored: the fields of SPEC section 1 plus bookkeeping.
+
+    ``seq`` orders submissions (FIFO within a priority); ``eligible_at`` is when the task last
+    became able to run, from which it ages; ``event_seq`` and ``last_hash`` are the head of its
+    audit chain; ``state_reason`` says why it is in its state (an error, a blocking rule, ...).
+    """
+
+    id: UUID
+    tenant: str
+    source: str
+    source_id: str | None
+    title: str
+    task_type: str
+    payload: Any
+    priority: int
+    state: TaskState
+    max_retries: int
+    retry_count: int
+    timeout_secs: int
+    created_at: datetime
+    updated_at: datetime
+    eligible_at: datetime
+    requested_by: str
+    seq: int = 0
+    event_seq: int = 0
+    last_hash: str = ""
+    lock_token: UUID | None = None
+    locked_at: datetime | None = None
+    heartbeat_at: datetime | None = None
+    lease_expires_at: datetime | None = None
+    assignee: str | None = None
+    assigned_to: str | None = None
+    depends_on: tuple[UUID, ...] = ()
+    idempotency_key: str | None = None
+    callback_url: str | None = None
+    checkpoint: Any = None
+    tool_calls: tuple[Any, ...] = ()
+    result: Any = None
+    error: str | None = None
+    state_reason: str | None = None
+    approved_by: str | None = None
+    run_after: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+    @property
+    def terminal(self) -> bool:
+        """Whether the task has reached a state it never leaves."""
+        return self.state.terminal
+
+    def to_json(self) -> dict[str, Any]:
+        """The task as a JSON object with the field names of SPEC section 1."""
+        return {
+            "id": str(self.id),
+            "tenant": self.tenant,
+            "source": self.source,
+            "source_id": self.source_id,
+            "title": self.title,
+            "task_type": self.task_type,
+            "payload": self.payload,
+            "priority": self.priority,
+            "state": self.state.value,
+            "state_reason": self.state_reason,
+            "max_retries": self.max_retries,
+            "retry_count": self.retry_count,
+            "timeout_secs": self.timeout_secs,
+            "lock_token": str(self.lock_token) if self.lock_token else None,
+            "locked_at": _iso(self.locked_at),
+            "heartbeat_at": _iso(self.heartbeat_at),
+            "assignee": self.assignee,
+            "assigned_to": self.assigned_to,
+            "depends_on": [str(d) for d in self.depends_on],
+            "idempotency_key": self.idempotency_key,
+            "callback_url": self.callback_url,
+            "checkpoint": self.checkpoint,
+            "tool_calls": list(self.tool_calls),
+            "result": self.result,
+            "error": self.error,
+            "requested_by": self.requested_by,
+            "approved_by": self.approved_by,
+            "run_after": _iso(self.run_after),
+            "created_at": _iso(self.created_at),
+            "updated_at": _iso(self.updated_at),
+            "started_at": _iso(self.started_at),
+            "finished_at": _iso(self.finished_at),
+        }
+
+
+@dataclass(frozen=True)
+class Event:
+    """One audited change of a task (R3). ``hash`` chains it to the task's previous event."""
+
+    task_id: UUID
+    tenant: str
+    seq: int
+    at: datetime
+    from_state: TaskState | None
+    to_state: TaskState
+    action: str
+    actor: str
+    reason: str
+    data: dict[str, Any] = field(default_factory=dict)
+    hash: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """The event as a JSON object."""
+        return {
+            "task_id": str(self.task_id),
+            "tenant": self.tenant,
+            "seq": self.seq,
+            "at": _iso(self.at),
+            "from": self.from_state.value if self.from_state else None,
+            "to": self.to_state.value,
+            "action": self.action,
+            "actor": self.actor,
+            "reason": self.reason,
+            "data": self.data,
+            "hash": self.hash,
+        }
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None

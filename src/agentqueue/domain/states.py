@@ -1,0 +1,524 @@
+"""The state machine of SPEC section 2, and the one function that decides every change.
+
+``TRANSITIONS`` is the table of allowed (from, to) edges. ``decide(task, request)`` returns the
+:class:`Transition` an action leads to from the task's current state, or a :class:`Refusal`
+saying why not. Stores only apply transitions decided here, guarded by the expected state.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+from .errors import LeaseLost, TransitionRefused
+from .retry import BackoffPolicy, retries_left, retry_limit
+
+if TYPE_CHECKING:
+    from .models import Task
+
+
+class TaskState(StrEnum):
+    """Where a task is in its life."""
+
+    PENDING = "pending"
+    BLOCKED = "blocked"
+    QUEUED = "queued"
+    EXECUTING = "executing"
+    WAITING_TOOL = "waiting_tool"
+    RETRYING = "retrying"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    DEAD_LETTER = "dead_letter"
+    MANUAL_REVIEW = "manual_review"
+    ARCHIVED = "archived"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        """Completed, failed, cancelled and archived tasks never change again."""
+        return self in TERMINAL_STATES
+
+
+TERMINAL_STATES = frozenset(
+    {TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELLED, TaskState.ARCHIVED}
+)
+LIVE_STATES = frozenset(s for s in TaskState if s not in TERMINAL_STATES)
+
+S = TaskState
+
+TRANSITIONS: Mapping[tuple[TaskState | None, TaskState], str] = {
+    (None, S.PENDING): "submitted",
+    (S.PENDING, S.BLOCKED): "a guardrail asks for approval, or dependencies are unfinished",
+    (S.BLOCKED, S.PENDING): "approved by someone allowed to; last dependency completed",
+    (S.PENDING, S.QUEUED): "admitted by the scheduler",
+    (S.QUEUED, S.EXECUTING): "claimed by an executor",
+    (S.EXECUTING, S.WAITING_TOOL): "the agent asked for an external tool",
+    (S.WAITING_TOOL, S.QUEUED): "the tool result arrived, or the tool timed out with retries left",
+    (S.WAITING_TOOL, S.DEAD_LETTER): "the tool timed out and no retries are left",
+    (S.EXECUTING, S.COMPLETED): "success",
+    (S.EXECUTING, S.RETRYING): "retryable error or attempt timeout, retries left",
+    (S.RETRYING, S.PENDING): "backoff elapsed",
+    (S.EXECUTING, S.FAILED): "non-retryable error",
+    (S.EXECUTING, S.DEAD_LETTER): "retries exhausted",
+    (S.RETRYING, S.DEAD_LETTER): "retries exhausted",
+    (S.EXECUTING, S.QUEUED): "preempted or released at graceful shutdown; not a retry",
+    (S.DEAD_LETTER, S.MANUAL_REVIEW): "a person takes it",
+    (S.DEAD_LETTER, S.QUEUED): "requeued by a person",
+    (S.MANUAL_REVIEW, S.QUEUED): "requeued by a person",
+    (S.DEAD_LETTER, S.ARCHIVED): "confirmed discarded",
+    (S.MANUAL_REVIEW, S.ARCHIVED): "confirmed discarded",
+    **{(s, S.CANCELLED): "cancelled by a person or the API" for s in LIVE_STATES},
+}
+"""Every allowed change (SPEC section 2). Anything else is refused."""
+
+
+class Action(StrEnum):
+    """What someone (a person, the scheduler, an executor) asks to happen to a task."""
+
+    SUBMIT = "submit"
+    BLOCK = "block"
+    UNBLOCK = "unblock"
+    ADMIT = "admit"
+    CLAIM = "claim"
+    WAIT_TOOL = "wait_tool"
+    TOOL_RESULT = "tool_result"
+    TOOL_TIMEOUT = "tool_timeout"
+    COMPLETE = "complete"
+    FAIL = "fail"
+    LEASE_EXPIRED = "lease_expired"
+    RETRY_DUE = "retry_due"
+    EXHAUST = "exhaust"
+    RELEASE = "release"
+    PREEMPT = "preempt"
+    REVIEW = "review"
+    REQUEUE = "requeue"
+    ARCHIVE = "archive"
+    CANCEL = "cancel"
+
+
+FENCED_ACTIONS = frozenset(
+    {Action.WAIT_TOOL, Action.COMPLETE, Action.FAIL, Action.RELEASE, Action.PREEMPT}
+)
+"""Executor writes: they must name the lock_token that holds the task."""
+
+
+class RefusalKind(StrEnum):
+    """Why a change was refused."""
+
+    NOT_ALLOWED = "not_allowed"  # the table has no such edge from the current state
+    FENCED = "fenced"  # the lock_token no longer holds the lease
+    NOT_DUE = "not_due"  # a time condition (run_after, backoff, lease) has not passed
+
+
+@dataclass(frozen=True)
+class Request:
+    """An action with what it needs. ``now`` is the injected clock's reading."""
+
+    action: Action
+    now: datetime
+    actor: str = "system"
+    reason: str = ""
+    lock_token: UUID | None = None
+    new_lock_token: UUID | None = None
+    worker: str | None = None
+    lease_ttl_secs: float = 30.0
+    result: Any = None
+    error: str | None = None
+    retryable: bool = True
+    backoff: BackoffPolicy = field(default_factory=BackoffPolicy)
+    spread: float = 0.5
+
+
+@dataclass(frozen=True)
+class Transition:
+    """A decided change: the edge taken, the fields it sets and what the audit event records."""
+
+    task_id: UUID
+    action: Action
+    from_state: TaskState | None
+    to_state: TaskState
+    changes: Mapping[str, Any]
+    actor: str
+    reason: str
+    at: datetime
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+    def apply(self, task: Task) -> Task:
+        """The task as it is after this change (bookkeeping of the audit chain excluded)."""
+        return dataclasses.replace(
+            task, state=self.to_state, updated_at=self.at, **dict(self.changes)
+        )
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A change the state machine will not make, and why."""
+
+    task_id: UUID
+    action: Action
+    state: TaskState | None  # None when the task does not exist
+    kind: RefusalKind
+    message: str
+
+    def __str__(self) -> str:
+        return f"cannot {self.action.value} task {self.task_id}: {self.message}"
+
+    def error(self) -> TransitionRefused:
+        """The exception to raise for this refusal."""
+        if self.kind is RefusalKind.FENCED:
+            return LeaseLost(self)
+        return TransitionRefused(self)
+
+
+_LEASE_CLEARED: Mapping[str, Any] = {
+    "lock_token": None,
+    "locked_at": None,
+    "heartbeat_at": None,
+    "lease_expires_at": None,
+    "assigned_to": None,
+}
+
+
+def allowed(from_state: TaskState | None, to_state: TaskState) -> bool:
+    """Whether the table has this edge."""
+    return (from_state, to_state) in TRANSITIONS
+
+
+def decide(task: Task, request: Request) -> Transition | Refusal:
+    """Decide what ``request`` does to ``task``: the transition to apply, or a refusal.
+
+    Pure: reads nothing but its arguments. Every transition returned is an edge of TRANSITIONS.
+    """
+    handler = _DECIDERS.get(request.action)
+    if handler is None:
+        return _refuse(task, request, RefusalKind.NOT_ALLOWED, "not an action on existing tasks")
+    if request.action in FENCED_ACTIONS:
+        fenced = _check_lease(task, request)
+        if fenced is not None:
+            return fenced
+    outcome = handler(task, request)
+    if isinstance(outcome, Transition) and not allowed(outcome.from_state, outcome.to_state):
+        # A decider bug must never reach a store.
+        raise AssertionError(f"decided a forbidden edge {outcome.from_state} -> {outcome.to_state}")
+    return outcome
+
+
+def decide_or_raise(task: Task, request: Request) -> Transition:
+    """Like :func:`decide`, raising TransitionRefused (or LeaseLost) instead of returning one."""
+    outcome = decide(task, request)
+    if isinstance(outcome, Refusal):
+        raise outcome.error()
+    return outcome
+
+
+def creation(task: Task, actor: str, reason: str = "submitted") -> Transition:
+    """The first change of every task: (new) -> pending."""
+    return Transition(
+        task_id=task.id,
+        action=Action.SUBMIT,
+        from_state=None,
+        to_state=TaskState.PENDING,
+        changes={},
+        actor=actor,
+        reason=reason,
+        at=task.created_at,
+        data={"priority": task.priority, "task_type": task.task_type, "source": task.source},
+    )
+
+
+# --- deciders, one per action -------------------------------------------------------------
+
+
+def _refuse(task: Task, request: Request, kind: RefusalKind, message: str) -> Refusal:
+    return Refusal(task.id, request.action, task.state, kind, message)
+
+
+def _not_from(task: Task, request: Request) -> Refusal:
+    return _refuse(
+        task,
+        request,
+        RefusalKind.NOT_ALLOWED,
+        f"a task that is {task.state.value} cannot be {_PAST[request.action]}",
+    )
+
+
+def _check_lease(task: Task, request: Request) -> Refusal | None:
+    if task.state is not TaskState.EXECUTING or request.lock_token is None:
+        held = "" if task.state is TaskState.EXECUTING else f"; the task is {task.state.value}"
+        return _refuse(task, request, RefusalKind.FENCED, f"the lease is no longer held{held}")
+    if task.lock_token != request.lock_token:
+        return _refuse(
+            task, request, RefusalKind.FENCED, "the lease is no longer held; another claim owns it"
+        )
+    return None
+
+
+def _edge(
+    task: Task,
+    request: Request,
+    to_state: TaskState,
+    changes: Mapping[str, Any] | None = None,
+    reason: str | None = None,
+    data: Mapping[str, Any] | None = None,
+) -> Transition:
+    return Transition(
+        task_id=task.id,
+        action=request.action,
+        from_state=task.state,
+        to_state=to_state,
+        changes=dict(changes or {}),
+        actor=request.actor,
+        reason=reason if reason is not None else request.reason,
+        at=request.now,
+        data=dict(data or {}),
+    )
+
+
+def _retry_or_dead_letter(
+    task: Task, request: Request, error: str, base_changes: Mapping[str, Any]
+) -> Transition:
+    """Retry with backoff if retries are left (``retrying``), else ``dead_letter``."""
+    if retries_left(task.retry_count, task.max_retries, task.priority):
+        attempt = task.retry_count + 1
+        delay = request.backoff.delay(attempt, request.spread)
+        run_after = request.now + timedelta(seconds=delay)
+        target = TaskState.RETRYING if task.state is TaskState.EXECUTING else TaskState.QUEUED
+        return _edge(
+            task,
+            request,
+            target,
+            {
+                **base_changes,
+                "retry_count": attempt,
+                "run_after": run_after if target is TaskState.RETRYING else task.run_after,
+                "error": error,
+                "state_reason": error,
+            },
+            reason=request.reason or error,
+            data={"error": error, "retry": attempt, "backoff_secs": round(delay, 3)},
+        )
+    limit = retry_limit(task.max_retries, task.priority)
+    why = f"retries exhausted ({task.retry_count} of {limit}): {error}"
+    return _edge(
+        task,
+        request,
+        TaskState.DEAD_LETTER,
+        {**base_changes, "error": error, "state_reason": why},
+        reason=request.reason or why,
+        data={"error": error, "retry_count": task.retry_count},
+    )
+
+
+def _block(task: Task, request: Request) -> Transition | Refusal:
+    if task.state is not TaskState.PENDING:
+        return _not_from(task, request)
+    return _edge(task, request, TaskState.BLOCKED, {"state_reason": request.reason or "blocked"})
+
+
+def _unblock(task: Task, request: Request) -> Transition | Refusal:
+    if task.state is not TaskState.BLOCKED:
+        return _not_from(task, request)
+    return _edge(task, request, TaskState.PENDING, {"state_reason": None})
+
+
+def _admit(task: Task, request: Request) -> Transition | Refusal:
+    if task.state is not TaskState.PENDING:
+        return _not_from(task, request)
+    if task.run_after is not None and task.run_after > request.now:
+        return _refuse(task, request, RefusalKind.NOT_DUE, f"not before {task.run_after}")
+    return _edge(task, request, TaskState.QUEUED, {"state_reason": None})
+
+
+def _claim(task: Task, request: Request) -> Transition | Refusal:
+    if task.state is not TaskState.QUEUED:
+        return _not_from(task, request)
+    if request.new_lock_token is None or not request.worker:
+        raise ValueError("a claim needs a new lock_token and a worker")
+    ttl = min(request.lease_ttl_secs, float(task.timeout_secs))
+    return _edge(
+        task,
+        request,
+        TaskState.EXECUTING,
+        {
+            "lock_token": request.new_lock_token,
+            "locked_at": request.now,
+            "heartbeat_at": request.now,
+            "lease_expires_at": request.now + timedelta(seconds=ttl),
+            "assigned_to": request.worker,
+            "started_at": request.now,
+            "state_reason": None,
+        },
+        data={"worker": request.worker, "attempt": task.retry_count + 1},
+    )
+
+
+def _wait_tool(task: Task, request: Request) -> Transition | Refusal:
+    return _edge(task, request, TaskState.WAITING_TOOL, _LEASE_CLEARED)
+
+
+def _tool_result(task: Task, request: Request) -> Transition | Refusal:
+    if task.state is not TaskState.WAITING_TOOL:
+        return _not_from(task, request)
+    return _edge(task, request, TaskState.QUEUED, {"state_reason": None})
+
+
+def _tool_timeout(task: Task, request: Request) -> Transition | Refusal:
+    if task.state is not TaskState.WAITING_TOOL:
+        return _not_from(task, request)
+    return _retry_or_dead_letter(task, request, request.error or "tool call timed out", {})
+
+
+def _complete(task: Task, request: Request) -> Transition | Refusal:
+    return _edge(
+        task,
+        request,
+        TaskState.COMPLETED,
+        {
+            **_LEASE_CLEARED,
+            "result": request.result,
+            "error": None,
+            "state_reason": None,
+            "finished_at": request.now,
+        },
+    )
+
+
+def _fail(task: Task, request: Request) -> Transition | Refusal:
+    error = request.error or "failed"
+    if request.retryable:
+        return _retry_or_dead_letter(task, request, error, _LEASE_CLEARED)
+    return _edge(
+        task,
+        request,
+        TaskState.FAILED,
+        {**_LEASE_CLEARED, "error": error, "state_reason": error, "finished_at": request.now},
+        reason=request.reason or error,
+        data={"error": error, "retryable": False},
+    )
+
+
+def _lease_expired(task: Task, request: Request) -> Transition | Refusal:
+    if task.state is not TaskState.EXECUTING:
+        return _not_from(task, request)
+    if task.lease_expires_at is not None and task.lease_expires_at > request.now:
+        return _refuse(task, request, RefusalKind.NOT_DUE, "the lease still holds")
+    deadline = (task.locked_at or request.now) + timedelta(seconds=task.timeout_secs)
+    if request.now >= deadline:
+        error = f"attempt timed out after {task.timeout_secs}s"
+    else:
+        error = f"lease lapsed: no heartbeat from {task.assigned_to} since {task.heartbeat_at}"
+    return _retry_or_dead_letter(task, request, request.error or error, _LEASE_CLEARED)
+
+
+def _retry_due(task: Task, request: Request) -> Transition | Refusal:
+    if task.state is not TaskState.RETRYING:
+        return _not_from(task, request)
+    if task.run_after is not None and task.run_after > request.now:
+        return _refuse(task, request, RefusalKind.NOT_DUE, f"backoff runs until {task.run_after}")
+    return _edge(
+        task, request, TaskState.PENDING, {"eligible_at": request.now, "state_reason": None}
+    )
+
+
+def _exhaust(task: Task, request: Request) -> Transition | Refusal:
+    if task.state is not TaskState.RETRYING:
+        return _not_from(task, request)
+    why = request.reason or "retries exhausted"
+    return _edge(task, request, TaskState.DEAD_LETTER, {"state_reason": why}, reason=why)
+
+
+def _release(task: Task, request: Request) -> Transition | Refusal:
+    return _edge(task, request, TaskState.QUEUED, {**_LEASE_CLEARED, "state_reason": None})
+
+
+def _review(task: Task, request: Request) -> Transition | Refusal:
+    if task.state is not TaskState.DEAD_LETTER:
+        return _not_from(task, request)
+    return _edge(
+        task, request, TaskState.MANUAL_REVIEW, {"state_reason": f"taken by {request.actor}"}
+    )
+
+
+def _requeue(task: Task, request: Request) -> Transition | Refusal:
+    if task.state not in (TaskState.DEAD_LETTER, TaskState.MANUAL_REVIEW):
+        return _not_from(task, request)
+    return _edge(
+        task,
+        request,
+        TaskState.QUEUED,
+        {"retry_count": 0, "run_after": None, "error": None, "state_reason": None},
+        data={"previous_retry_count": task.retry_count},
+    )
+
+
+def _archive(task: Task, request: Request) -> Transition | Refusal:
+    if task.state not in (TaskState.DEAD_LETTER, TaskState.MANUAL_REVIEW):
+        return _not_from(task, request)
+    return _edge(
+        task,
+        request,
+        TaskState.ARCHIVED,
+        {"finished_at": request.now, "state_reason": request.reason or None},
+    )
+
+
+def _cancel(task: Task, request: Request) -> Transition | Refusal:
+    if task.state.terminal:
+        return _not_from(task, request)
+    why = request.reason or f"cancelled by {request.actor}"
+    return _edge(
+        task,
+        request,
+        TaskState.CANCELLED,
+        {**_LEASE_CLEARED, "finished_at": request.now, "state_reason": why},
+        reason=why,
+    )
+
+
+_DECIDERS = {
+    Action.BLOCK: _block,
+    Action.UNBLOCK: _unblock,
+    Action.ADMIT: _admit,
+    Action.CLAIM: _claim,
+    Action.WAIT_TOOL: _wait_tool,
+    Action.TOOL_RESULT: _tool_result,
+    Action.TOOL_TIMEOUT: _tool_timeout,
+    Action.COMPLETE: _complete,
+    Action.FAIL: _fail,
+    Action.LEASE_EXPIRED: _lease_expired,
+    Action.RETRY_DUE: _retry_due,
+    Action.EXHAUST: _exhaust,
+    Action.RELEASE: _release,
+    Action.PREEMPT: _release,
+    Action.REVIEW: _review,
+    Action.REQUEUE: _requeue,
+    Action.ARCHIVE: _archive,
+    Action.CANCEL: _cancel,
+}
+
+_PAST = {
+    Action.SUBMIT: "submitted",
+    Action.BLOCK: "blocked",
+    Action.UNBLOCK: "unblocked",
+    Action.ADMIT: "admitted",
+    Action.CLAIM: "claimed",
+    Action.WAIT_TOOL: "moved to waiting_tool",
+    Action.TOOL_RESULT: "given a tool result",
+    Action.TOOL_TIMEOUT: "timed out waiting for a tool",
+    Action.COMPLETE: "completed",
+    Action.FAIL: "failed",
+    Action.LEASE_EXPIRED: "taken back",
+    Action.RETRY_DUE: "retried",
+    Action.EXHAUST: "dead-lettered",
+    Action.RELEASE: "released",
+    Action.PREEMPT: "preempted",
+    Action.REVIEW: "taken for review (only dead letters can)",
+    Action.REQUEUE: "requeued (only dead letters and tasks in review can)",
+    Action.ARCHIVE: "archived (only dead letters and tasks in review can)",
+    Action.CANCEL: "cancelled",
+}

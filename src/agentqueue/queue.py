@@ -1,0 +1,426 @@
+"""The public Python entry point: ``AsyncQueue`` (async) and ``Queue`` (its sync facade).
+
+Like psycopg's pair of connection classes, both have the same method names; ``Queue`` runs the
+async implementation on a private event-loop thread, so there is one copy of every operation.
+
+    import agentqueue
+    q = agentqueue.Queue("sqlite:///agentqueue.db")
+    q.submit(title="Fix the login bug", task_type="bugfix", priority="P1")
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import threading
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
+from typing import Any, Concatenate, ParamSpec, Self, TypeVar
+from uuid import UUID
+
+from .clock import Clock, SystemClock
+from .config import Settings, load_settings
+from .domain.errors import InvalidInput
+from .domain.models import Event, Task
+from .domain.states import Action, Refusal, TaskState
+from .ids import parse_task_id
+from .service import actions, audit, execution, maintenance, reads, submit
+from .service.audit import VerifyReport
+from .service.execution import HeartbeatReply, Outcome, OutcomeKind
+from .service.maintenance import TickReport
+from .service.reads import Stats, TaskPage
+from .service.runtime import Runtime
+from .service.submit import SubmitResult
+from .spec import TaskSpec
+from .store import DEFAULT_URL, Lease, Store, make_store
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+LeaseLike = Lease | Task | tuple[UUID | str, UUID | str]
+
+
+def _states(value: TaskState | str | Iterable[TaskState | str] | None) -> tuple[TaskState, ...]:
+    if value is None:
+        return ()
+    items = [value] if isinstance(value, str | TaskState) else list(value)
+    out = []
+    for item in items:
+        try:
+            out.append(TaskState(item))
+        except ValueError:
+            known = ", ".join(s.value for s in TaskState)
+            raise InvalidInput(f"unknown state {item!r}; one of {known}", "state") from None
+    return tuple(out)
+
+
+def _names(value: str | Iterable[str] | None) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    return (value,) if isinstance(value, str) else tuple(value)
+
+
+def _lease(item: LeaseLike) -> Lease:
+    if isinstance(item, Lease):
+        return item
+    if isinstance(item, Task):
+        if item.lock_token is None:
+            raise InvalidInput(f"task {item.id} holds no lease", "lock_token")
+        return Lease(item.id, item.lock_token)
+    task_id, token = item
+    return Lease(parse_task_id(task_id), parse_task_id(token, "lock_token"))
+
+
+class AsyncQueue:
+    """A queue on one database, for asyncio code.
+
+    ``url`` is ``sqlite:///path.db`` (the default, from ``AGENTQUEUE_DB`` if set) or
+    ``postgresql://...``. ``tenant`` scopes every read and write to one tenant; without it the
+    queue acts for all tenants (as an operator does). The schema is migrated on first use.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        tenant: str | None = None,
+        settings: Settings | None = None,
+        config: str | os.PathLike[str] | None = None,
+        clock: Clock | None = None,
+        store: Store | None = None,
+        actor: str = "api",
+    ) -> None:
+        self.url = url or os.environ.get("AGENTQUEUE_DB") or DEFAULT_URL
+        if settings is None:
+            settings = load_settings(config or os.environ.get("AGENTQUEUE_CONFIG") or None)
+        self.tenant = tenant
+        self.actor = actor
+        self._rt = Runtime(
+            store=store or make_store(self.url),
+            settings=settings,
+            clock=clock or SystemClock(),
+        )
+        self._opened = False
+        self._open_lock: asyncio.Lock | None = None
+
+    @property
+    def settings(self) -> Settings:
+        """The settings in force."""
+        return self._rt.settings
+
+    @property
+    def store(self) -> Store:
+        """The underlying store (for tools and tests)."""
+        return self._rt.store
+
+    async def _ready(self) -> Runtime:
+        if not self._opened:
+            if self._open_lock is None:
+                self._open_lock = asyncio.Lock()
+            async with self._open_lock:
+                if not self._opened:
+                    await self._rt.store.open()
+                    self._opened = True
+        return self._rt
+
+    async def open(self) -> None:
+        """Connect and migrate now rather than on first use."""
+        await self._ready()
+
+    async def close(self) -> None:
+        """Release the database connections."""
+        if self._opened:
+            self._opened = False
+        await self._rt.store.close()
+
+    async def __aenter__(self) -> Self:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def migrate(self) -> list[int]:
+        """Apply missing schema migrations; return the versions applied."""
+        await self._rt.store.open()
+        self._opened = True
+        return await self._rt.store.migrate()
+
+    # --- submitting -------------------------------------------------------------------------
+
+    async def submit(
+        self, spec: TaskSpec | Mapping[str, Any] | None = None, /, **fields: Any
+    ) -> SubmitResult:
+        """Submit one task, from a TaskSpec, a dict, or keyword fields (SPEC section 1 names).
+
+        Returns the new task with ``created=True``, or, when a live task has the same
+        (tenant, source, source_id) or a task has the same idempotency_key, that task with
+        ``created=False``. Raises InvalidInput naming the bad field; nothing is written then.
+        """
+        if spec is not None and fields:
+            raise InvalidInput("give a spec or keyword fields, not both", "spec")
+        item: TaskSpec | Mapping[str, Any] = spec if spec is not None else fields
+        results = await submit.submit_many(
+            await self._ready(), [item], tenant=self.tenant, defaults=self._defaults(), single=True
+        )
+        return results[0]
+
+    async def submit_many(
+        self, specs: Iterable[TaskSpec | Mapping[str, Any]]
+    ) -> list[SubmitResult]:
+        """Submit many tasks in bulk (one statement per 1,000); results in input order.
+
+        All are validated first: one bad item fails the call, naming ``tasks[i].field``, and
+        nothing is written.
+        """
+        return await submit.submit_many(
+            await self._ready(), specs, tenant=self.tenant, defaults=self._defaults()
+        )
+
+    def _defaults(self) -> dict[str, Any]:
+        return {"requested_by": self.actor}
+
+    # --- reading ----------------------------------------------------------------------------
+
+    async def get(self, task_id: UUID | str) -> Task:
+        """One task by id; NotFound if there is none (in this queue's tenant)."""
+        return await reads.get(await self._ready(), parse_task_id(task_id), self.tenant)
+
+    async def events(self, task_id: UUID | str) -> list[Event]:
+        """The audit events of one task, oldest first."""
+        return await reads.events(await self._ready(), parse_task_id(task_id), self.tenant)
+
+    async def stats(self) -> Stats:
+        """Task counts by state."""
+        return await reads.stats(await self._ready(), self.tenant)
+
+    async def dead_letters(self, *, limit: int = 50, cursor: str | None = None) -> TaskPage:
+        """Tasks in dead_letter or manual_review, newest first."""
+        return await self.list(
+            state=[TaskState.DEAD_LETTER, TaskState.MANUAL_REVIEW], limit=limit, cursor=cursor
+        )
+
+    # --- people's actions -------------------------------------------------------------------
+
+    async def _act(
+        self, action: Action, task_id: UUID | str, actor: str | None, reason: str
+    ) -> Task:
+        done = await actions.act(
+            await self._ready(),
+            action,
+            [parse_task_id(task_id)],
+            actor=actor or self.actor,
+            reason=reason,
+            tenant=self.tenant,
+        )
+        return done[0]
+
+    async def cancel(
+        self, task_id: UUID | str, *, actor: str | None = None, reason: str = ""
+    ) -> Task:
+        """Cancel a task that has not ended; an executing one loses its lease at once."""
+        return await self._act(Action.CANCEL, task_id, actor, reason)
+
+    async def review(
+        self, task_id: UUID | str, *, actor: str | None = None, reason: str = ""
+    ) -> Task:
+        """Take a dead letter into manual_review."""
+        return await self._act(Action.REVIEW, task_id, actor, reason)
+
+    async def requeue(
+        self, task_id: UUID | str, *, actor: str | None = None, reason: str = ""
+    ) -> Task:
+        """Put a dead letter (or a task in review) back in the queue with retry_count reset."""
+        return await self._act(Action.REQUEUE, task_id, actor, reason)
+
+    async def archive(
+        self, task_id: UUID | str, *, actor: str | None = None, reason: str = ""
+    ) -> Task:
+        """Discard a dead letter (or a task in review) for good."""
+        return await self._act(Action.ARCHIVE, task_id, actor, reason)
+
+    # --- executors --------------------------------------------------------------------------
+
+    async def claim(
+        self, n: int, worker: str, task_types: Sequence[str] | None = None
+    ) -> list[Task]:
+        """Claim up to ``n`` queued tasks for ``worker``; each comes with a fresh lock_token."""
+        return await execution.claim(await self._ready(), n, worker, task_types)
+
+    async def heartbeat(self, leases: Iterable[LeaseLike]) -> HeartbeatReply:
+        """Extend leases (Tasks, Leases or (id, lock_token) pairs); report the lost ones."""
+        return await execution.heartbeat(await self._ready(), [_lease(x) for x in leases])
+
+    async def finish(
+        self, outcomes: Sequence[Outcome], *, actor: str | None = None
+    ) -> dict[UUID, Task | Refusal]:
+        """Record many attempt outcomes in one transaction; refusals are returned, not raised."""
+        return await execution.finish(await self._ready(), outcomes, actor or self.actor)
+
+    async def complete(
+        self, task_id: UUID | str, lock_token: UUID | str, result: Any = None
+    ) -> Task:
+        """Mark a claimed task completed; LeaseLost if ``lock_token`` no longer holds it."""
+        lease = _lease((task_id, lock_token))
+        outcome = Outcome(lease.task_id, lease.lock_token, OutcomeKind.COMPLETED, result=result)
+        return await execution.finish_one(await self._ready(), outcome, self.actor)
+
+    async def fail(
+        self,
+        task_id: UUID | str,
+        lock_token: UUID | str,
+        error: str,
+        *,
+        retryable: bool = True,
+    ) -> Task:
+        """Record a failed attempt: retrying (with backoff) or dead_letter when retryable,
+        failed when not. LeaseLost if ``lock_token`` no longer holds the task."""
+        lease = _lease((task_id, lock_token))
+        outcome = Outcome(
+            lease.task_id, lease.lock_token, OutcomeKind.FAILED, error=error, retryable=retryable
+        )
+        return await execution.finish_one(await self._ready(), outcome, self.actor)
+
+    async def release(self, task_id: UUID | str, lock_token: UUID | str, reason: str = "") -> Task:
+        """Give a claimed task back to the queue without counting a retry."""
+        lease = _lease((task_id, lock_token))
+        outcome = Outcome(lease.task_id, lease.lock_token, OutcomeKind.RELEASED, reason=reason)
+        return await execution.finish_one(await self._ready(), outcome, self.actor)
+
+    # --- scheduler steps --------------------------------------------------------------------
+
+    async def admit(self, limit: int = 1000) -> list[Task]:
+        """Admit pending tasks to the queue, best first."""
+        return await maintenance.admit(await self._ready(), limit)
+
+    async def reclaim_lapsed(self, limit: int = 500) -> list[Task]:
+        """Take back executing tasks whose lease lapsed or whose attempt timed out."""
+        return await maintenance.reclaim_lapsed(await self._ready(), limit)
+
+    async def promote_due_retries(self, limit: int = 500) -> list[Task]:
+        """Move retrying tasks whose backoff elapsed back to pending."""
+        return await maintenance.promote_due_retries(await self._ready(), limit)
+
+    async def tick(self) -> TickReport:
+        """One scheduler pass: reclaim, promote retries, admit."""
+        return await maintenance.tick(await self._ready())
+
+    # --- audit ------------------------------------------------------------------------------
+
+    async def verify(self) -> VerifyReport:
+        """Check every task's audit chain; the report names the first bad event."""
+        return await audit.verify(await self._ready())
+
+    # Last, so that ``list`` in the annotations above still means the builtin.
+    async def list(
+        self,
+        *,
+        state: TaskState | str | Iterable[TaskState | str] | None = None,
+        task_type: str | Iterable[str] | None = None,
+        source: str | Iterable[str] | None = None,
+        tenant: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> TaskPage:
+        """Tasks matching every given filter, newest first; ``next_cursor`` pages on."""
+        if self.tenant is not None and tenant is not None and tenant != self.tenant:
+            raise InvalidInput(f"must be {self.tenant!r} here", "tenant")
+        return await reads.list_tasks(
+            await self._ready(),
+            tenant=self.tenant or tenant,
+            states=_states(state),
+            task_types=_names(task_type),
+            sources=_names(source),
+            limit=limit,
+            cursor=cursor,
+        )
+
+
+class _LoopThread:
+    """An event loop on a daemon thread, for running AsyncQueue from sync code."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(
+            target=self.loop.run_forever, name="agentqueue-loop", daemon=True
+        )
+        self.thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, R]) -> R:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def stop(self) -> None:
+        if self.loop.is_running():
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join()
+        self.loop.close()
+
+
+def _facade(
+    method: Callable[Concatenate[AsyncQueue, P], Awaitable[R]],
+) -> Callable[Concatenate[Queue, P], R]:
+    @functools.wraps(method)
+    def call(self: Queue, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self._loop.run(method(self._async, *args, **kwargs))  # type: ignore[arg-type]
+
+    return call  # type: ignore[return-value]
+
+
+class Queue:
+    """The synchronous facade of :class:`AsyncQueue`: same constructor, same method names."""
+
+    def __init__(self, url: str | None = None, **options: Any) -> None:
+        self._loop = _LoopThread()
+        try:
+            self._async = AsyncQueue(url, **options)
+        except BaseException:
+            self._loop.stop()
+            raise
+
+    @property
+    def url(self) -> str:
+        """The database URL."""
+        return self._async.url
+
+    @property
+    def aio(self) -> AsyncQueue:
+        """The AsyncQueue underneath."""
+        return self._async
+
+    def close(self) -> None:
+        """Release connections and stop the private event loop."""
+        try:
+            self._loop.run(self._async.close())
+        finally:
+            self._loop.stop()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    open = _facade(AsyncQueue.open)
+    migrate = _facade(AsyncQueue.migrate)
+    submit = _facade(AsyncQueue.submit)
+    submit_many = _facade(AsyncQueue.submit_many)
+    get = _facade(AsyncQueue.get)
+    events = _facade(AsyncQueue.events)
+    stats = _facade(AsyncQueue.stats)
+    dead_letters = _facade(AsyncQueue.dead_letters)
+    cancel = _facade(AsyncQueue.cancel)
+    review = _facade(AsyncQueue.review)
+    requeue = _facade(AsyncQueue.requeue)
+    archive = _facade(AsyncQueue.archive)
+    claim = _facade(AsyncQueue.claim)
+    heartbeat = _facade(AsyncQueue.heartbeat)
+    finish = _facade(AsyncQueue.finish)
+    complete = _facade(AsyncQueue.complete)
+    fail = _facade(AsyncQueue.fail)
+    release = _facade(AsyncQueue.release)
+    admit = _facade(AsyncQueue.admit)
+    reclaim_lapsed = _facade(AsyncQueue.reclaim_lapsed)
+    promote_due_retries = _facade(AsyncQueue.promote_due_retries)
+    tick = _facade(AsyncQueue.tick)
+    verify = _facade(AsyncQueue.verify)
+    list = _facade(AsyncQueue.list)

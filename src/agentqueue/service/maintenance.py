@@ -1,0 +1,72 @@
+"""The steps the scheduler runs each tick: take back lapsed leases (R6), move retries whose
+backoff elapsed back to pending (R7), and admit pending work to the queue (R4).
+
+Admission here is ordering only (P0 lane, aged priority, FIFO, run_after); caps, rate limits,
+fair share and dependencies join it with the scheduler.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..domain.models import Task
+from ..domain.states import Action, Request
+from .records import decide_and_apply
+from .runtime import Runtime
+
+ACTOR = "scheduler"
+
+
+async def reclaim_lapsed(rt: Runtime, limit: int = 500) -> list[Task]:
+    """Take back executing tasks whose lease ran out: retrying with backoff, or dead_letter."""
+    now = rt.clock.now()
+    policy = rt.settings.retry.policy()
+    async with rt.store.transaction() as tx:
+        lapsed = await tx.lock_lapsed(limit, now)
+        written, _ = await decide_and_apply(
+            tx,
+            lapsed,
+            lambda task: Request(
+                Action.LEASE_EXPIRED, now, actor=ACTOR, backoff=policy, spread=rt.spread()
+            ),
+        )
+    return written
+
+
+async def promote_due_retries(rt: Runtime, limit: int = 500) -> list[Task]:
+    """Move retrying tasks whose backoff has elapsed back to pending."""
+    now = rt.clock.now()
+    async with rt.store.transaction() as tx:
+        due = await tx.lock_due_retries(limit, now)
+        written, _ = await decide_and_apply(
+            tx, due, lambda task: Request(Action.RETRY_DUE, now, actor=ACTOR)
+        )
+    return written
+
+
+async def admit(rt: Runtime, limit: int = 1000) -> list[Task]:
+    """Admit up to ``limit`` pending tasks to queued, best first."""
+    now = rt.clock.now()
+    async with rt.store.transaction() as tx:
+        ready = await tx.lock_admissible(limit, now, rt.settings.queue.aging_interval_secs)
+        written, _ = await decide_and_apply(
+            tx, ready, lambda task: Request(Action.ADMIT, now, actor=ACTOR)
+        )
+    return written
+
+
+@dataclass(frozen=True)
+class TickReport:
+    """How many tasks each step moved."""
+
+    reclaimed: int
+    retried: int
+    admitted: int
+
+
+async def tick(rt: Runtime) -> TickReport:
+    """One pass of every step, in order."""
+    reclaimed = await reclaim_lapsed(rt)
+    retried = await promote_due_retries(rt)
+    admitted = await admit(rt)
+    return TickReport(len(reclaimed), len(retried), len(admitted))

@@ -1,0 +1,84 @@
+"""Reading tasks: get, list (filtered, paged), events, stats."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+from ..domain.errors import InvalidInput, NotFound
+from ..domain.models import Event, Task
+from ..domain.states import TaskState
+from ..store import TaskFilter
+from .runtime import Runtime
+
+MAX_PAGE = 1000
+
+
+@dataclass(frozen=True)
+class TaskPage:
+    """One page of tasks, newest first; pass ``next_cursor`` to get the next page."""
+
+    items: list[Task]
+    next_cursor: str | None
+
+
+@dataclass(frozen=True)
+class Stats:
+    """Counts by state (every state present), and the total."""
+
+    by_state: dict[TaskState, int]
+
+    @property
+    def total(self) -> int:
+        """All tasks."""
+        return sum(self.by_state.values())
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"by_state": {...}, "total": n}``."""
+        return {"by_state": {s.value: n for s, n in self.by_state.items()}, "total": self.total}
+
+
+async def get(rt: Runtime, task_id: UUID, tenant: str | None = None) -> Task:
+    """One task; NotFound if it does not exist in ``tenant``."""
+    found = await rt.store.get_tasks([task_id], tenant)
+    if not found:
+        raise NotFound(f"no task {task_id}")
+    return found[0]
+
+
+async def list_tasks(
+    rt: Runtime,
+    *,
+    tenant: str | None = None,
+    states: tuple[TaskState, ...] = (),
+    task_types: tuple[str, ...] = (),
+    sources: tuple[str, ...] = (),
+    limit: int = 50,
+    cursor: str | None = None,
+) -> TaskPage:
+    """Tasks matching every given filter, newest first, ``limit`` per page."""
+    if not 1 <= limit <= MAX_PAGE:
+        raise InvalidInput(f"must be 1-{MAX_PAGE}", "limit")
+    before: int | None = None
+    if cursor is not None:
+        try:
+            before = int(cursor)
+        except ValueError:
+            raise InvalidInput("not a cursor returned by list", "cursor") from None
+    flt = TaskFilter(tenant, states, task_types, sources, limit, before)
+    items = await rt.store.list_tasks(flt)
+    next_cursor = str(items[-1].seq) if len(items) == limit else None
+    return TaskPage(items, next_cursor)
+
+
+async def events(rt: Runtime, task_id: UUID, tenant: str | None = None) -> list[Event]:
+    """The audit events of one task, oldest first."""
+    await get(rt, task_id, tenant)
+    return await rt.store.events(task_id, tenant)
+
+
+async def stats(rt: Runtime, tenant: str | None = None) -> Stats:
+    """How many tasks are in each state."""
+    counts = await rt.store.count_by_state(tenant)
+    return Stats({state: counts.get(state, 0) for state in TaskState})

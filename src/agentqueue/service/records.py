@@ -1,0 +1,84 @@
+"""Turning decided transitions into writes: each change advances the task's audit chain."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from uuid import UUID
+
+from ..domain.audit import GENESIS, data_text, event_hash
+from ..domain.errors import Conflict
+from ..domain.models import Event, Task
+from ..domain.states import Refusal, Request, Transition, creation, decide
+from ..store import Change, NewTask, Tx
+
+
+def _event(task: Task, transition: Transition, seq: int, prev_hash: str) -> Event:
+    data = dict(transition.data)
+    digest = event_hash(
+        prev_hash,
+        task_id=task.id,
+        tenant=task.tenant,
+        seq=seq,
+        at=transition.at,
+        from_state=transition.from_state.value if transition.from_state else None,
+        to_state=transition.to_state.value,
+        action=transition.action.value,
+        actor=transition.actor,
+        reason=transition.reason,
+        data_text=data_text(data),
+    )
+    return Event(
+        task_id=task.id,
+        tenant=task.tenant,
+        seq=seq,
+        at=transition.at,
+        from_state=transition.from_state,
+        to_state=transition.to_state,
+        action=transition.action.value,
+        actor=transition.actor,
+        reason=transition.reason,
+        data=data,
+        hash=digest,
+    )
+
+
+def stamp(task: Task, transition: Transition) -> Change:
+    """The write for ``transition`` on ``task``: new image, guard, and the chained event."""
+    seq = task.event_seq + 1
+    event = _event(task, transition, seq, task.last_hash)
+    image = dataclasses.replace(transition.apply(task), event_seq=seq, last_hash=event.hash)
+    return Change(image, task.state, task.event_seq, event)
+
+
+def new_record(task: Task, actor: str) -> NewTask:
+    """A new task (state pending) with its creation event, the first link of its chain."""
+    transition = creation(task, actor)
+    event = _event(task, transition, 1, GENESIS)
+    return NewTask(dataclasses.replace(task, event_seq=1, last_hash=event.hash), event)
+
+
+async def decide_and_apply(
+    tx: Tx,
+    tasks: Sequence[Task],
+    request_for: Callable[[Task], Request],
+) -> tuple[list[Task], dict[UUID, Refusal]]:
+    """Decide ``request_for(task)`` on each task and write every accepted change.
+
+    Returns the tasks as written and the refusals by task id. The tasks must have been read in
+    ``tx`` (locked), so a guard that fails here means a concurrent writer broke the locking
+    rules: the transaction is abandoned with Conflict rather than written half.
+    """
+    changes: list[Change] = []
+    refusals: dict[UUID, Refusal] = {}
+    for task in tasks:
+        outcome = decide(task, request_for(task))
+        if isinstance(outcome, Refusal):
+            refusals[task.id] = outcome
+        else:
+            changes.append(stamp(task, outcome))
+    written = await tx.apply(changes)
+    if len(written) != len(changes):
+        lost = [str(c.task.id) for c in changes if c.task.id not in written]
+        raise Conflict(f"tasks changed underneath a locked write: {', '.join(lost)}")
+    return [c.task for c in changes], refusals

@@ -1,0 +1,164 @@
+"""Submitting work (R2): validation, dedup by source, idempotency keys, bulk insert."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..domain.errors import Conflict, FieldProblem, InvalidInput
+from ..domain.models import Task, default_timeout
+from ..domain.states import TaskState
+from ..ids import new_task_id
+from ..spec import TaskSpec, parse_specs
+from ..store import DedupKey
+from .records import new_record
+from .runtime import Runtime
+
+BATCH = 1000
+"""Tasks per insert statement."""
+
+
+@dataclass(frozen=True)
+class SubmitResult:
+    """What a submit did: the task, whether it is new, and if not, why an existing one matched."""
+
+    task: Task
+    created: bool
+    matched_by: str | None = None  # "idempotency_key" or "source"
+
+    def to_json(self) -> dict[str, Any]:
+        """The task's JSON with ``created`` (and ``matched_by`` for an existing task)."""
+        out = self.task.to_json()
+        out["created"] = self.created
+        if self.matched_by:
+            out["matched_by"] = self.matched_by
+        return out
+
+
+def build_task(rt: Runtime, spec: TaskSpec) -> Task:
+    """A new pending Task from a validated spec (no I/O)."""
+    now = rt.clock.now()
+    eligible = max(now, spec.run_after) if spec.run_after else now
+    return Task(
+        id=new_task_id(),
+        tenant=spec.tenant,
+        source=spec.source,
+        source_id=spec.source_id,
+        title=spec.title,
+        task_type=spec.task_type,
+        payload=spec.payload,
+        priority=spec.priority,
+        state=TaskState.PENDING,
+        max_retries=spec.max_retries,
+        retry_count=0,
+        timeout_secs=spec.timeout_secs or default_timeout(spec.task_type, rt.settings.timeouts()),
+        created_at=now,
+        updated_at=now,
+        eligible_at=eligible,
+        requested_by=spec.requested_by,
+        assignee=spec.assignee,
+        depends_on=spec.depends_on,
+        idempotency_key=spec.idempotency_key,
+        callback_url=spec.callback_url,
+        run_after=spec.run_after,
+    )
+
+
+async def submit_many(
+    rt: Runtime,
+    items: Iterable[TaskSpec | Mapping[str, Any]],
+    *,
+    tenant: str | None = None,
+    defaults: Mapping[str, Any] | None = None,
+    single: bool = False,
+) -> list[SubmitResult]:
+    """Validate every item, then store the new ones; return one result per item, in order.
+
+    ``tenant`` scopes the call: items default to it and may not name another. Nothing is written
+    unless every item is valid.
+    """
+    merged = dict(defaults or {})
+    merged.setdefault("tenant", tenant or rt.settings.queue.default_tenant)
+    specs = parse_specs(
+        list(items),
+        max_payload_bytes=rt.settings.queue.max_payload_bytes,
+        defaults=merged,
+        single=single,
+    )
+    await _check_scope_and_dependencies(rt, specs, tenant, single)
+    results: list[SubmitResult | None] = [None] * len(specs)
+    for start in range(0, len(specs), BATCH):
+        chunk = list(range(start, min(start + BATCH, len(specs))))
+        await _submit_chunk(rt, specs, chunk, results)
+    return [r for r in results if r is not None]
+
+
+async def _check_scope_and_dependencies(
+    rt: Runtime, specs: Sequence[TaskSpec], tenant: str | None, single: bool
+) -> None:
+    problems: list[FieldProblem] = []
+
+    def name(index: int, field: str) -> str:
+        return field if single else f"tasks[{index}].{field}"
+
+    if tenant is not None:
+        for index, spec in enumerate(specs):
+            if spec.tenant != tenant:
+                problems.append(FieldProblem(name(index, "tenant"), f"must be {tenant!r} here"))
+    wanted = {dep for spec in specs for dep in spec.depends_on}
+    if wanted:
+        found = {(t.id, t.tenant) for t in await rt.store.get_tasks(sorted(wanted, key=str))}
+        for index, spec in enumerate(specs):
+            for dep in spec.depends_on:
+                if (dep, spec.tenant) not in found:
+                    problems.append(FieldProblem(name(index, "depends_on"), f"no task {dep}"))
+    if problems:
+        raise InvalidInput(problems)
+
+
+async def _submit_chunk(
+    rt: Runtime,
+    specs: Sequence[TaskSpec],
+    chunk: list[int],
+    results: list[SubmitResult | None],
+) -> None:
+    remaining = chunk
+    for _attempt in range(5):
+        records = {
+            i: new_record(build_task(rt, specs[i]), specs[i].requested_by) for i in remaining
+        }
+        inserted = await rt.store.insert_tasks(list(records.values()))
+        for i, record in records.items():
+            if record.task.id in inserted:
+                results[i] = SubmitResult(record.task, created=True)
+        unmatched = [i for i in remaining if results[i] is None]
+        if not unmatched:
+            return
+        existing = await rt.store.find_existing(
+            [
+                DedupKey(
+                    specs[i].tenant, specs[i].idempotency_key, specs[i].source, specs[i].source_id
+                )
+                for i in unmatched
+            ]
+        )
+        by_key = {(t.tenant, t.idempotency_key): t for t in existing if t.idempotency_key}
+        by_source = {
+            (t.tenant, t.source, t.source_id): t
+            for t in existing
+            if t.source_id is not None and not t.terminal
+        }
+        for i in unmatched:
+            spec = specs[i]
+            if spec.idempotency_key and (spec.tenant, spec.idempotency_key) in by_key:
+                task = by_key[(spec.tenant, spec.idempotency_key)]
+                results[i] = SubmitResult(task, created=False, matched_by="idempotency_key")
+            elif spec.source_id and (spec.tenant, spec.source, spec.source_id) in by_source:
+                task = by_source[(spec.tenant, spec.source, spec.source_id)]
+                results[i] = SubmitResult(task, created=False, matched_by="source")
+        # What matched nothing conflicted with a task that has since finished: insert again.
+        remaining = [i for i in unmatched if results[i] is None]
+        if not remaining:
+            return
+    raise Conflict("could not settle a submit against concurrent changes; try again")

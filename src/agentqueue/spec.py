@@ -1,0 +1,214 @@
+"""What a caller may submit: TaskSpec, validated field by field (SPEC section 1 and section 5).
+
+Every input path (Python API, CLI, later the HTTP API and intake) turns its input into TaskSpec
+through :func:`parse_specs`, which either returns every spec valid or raises InvalidInput naming
+each bad field; nothing is written before all specs are valid.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+from uuid import UUID
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from .domain.audit import canonical_json
+from .domain.errors import FieldProblem, InvalidInput
+from .domain.models import SOURCES
+from .domain.priority import DEFAULT_PRIORITY, parse_priority
+from .domain.retry import DEFAULT_MAX_RETRIES, P0_MAX_RETRIES
+
+DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
+DEFAULT_TENANT = "default"
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,63}$")
+
+
+def _check_name(value: str, what: str) -> str:
+    if not _NAME.match(value):
+        raise ValueError(
+            f"{what} must be 1-64 letters, digits or _.:@- starting with a letter or digit"
+        )
+    return value
+
+
+class TaskSpec(BaseModel):
+    """A task to submit, with the field names of SPEC section 1.
+
+    Only ``title`` and ``task_type`` are required. Unknown fields are refused, so a typo never
+    silently drops a setting.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    title: str = Field(min_length=1, max_length=256)
+    task_type: str
+    payload: dict[str, Any] = Field(default_factory=dict)
+    priority: int = DEFAULT_PRIORITY
+    tenant: str = DEFAULT_TENANT
+    source: str = "api"
+    source_id: str | None = Field(default=None, min_length=1, max_length=128)
+    assignee: str | None = None
+    depends_on: tuple[UUID, ...] = ()
+    idempotency_key: str | None = Field(default=None, min_length=1, max_length=200)
+    callback_url: str | None = Field(default=None, max_length=512)
+    timeout_secs: int | None = Field(default=None, ge=1, le=7 * 24 * 3600)
+    max_retries: int = Field(default=DEFAULT_MAX_RETRIES, ge=0, le=100)
+    run_after: datetime | None = None
+    requested_by: str = Field(default="api", min_length=1, max_length=64)
+
+    @field_validator("title")
+    @classmethod
+    def _title(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must not be blank")
+        return value
+
+    @field_validator("task_type")
+    @classmethod
+    def _task_type(cls, value: str) -> str:
+        return _check_name(value, "task_type")
+
+    @field_validator("tenant")
+    @classmethod
+    def _tenant(cls, value: str) -> str:
+        return _check_name(value, "tenant")
+
+    @field_validator("assignee")
+    @classmethod
+    def _assignee(cls, value: str | None) -> str | None:
+        return None if value is None else _check_name(value, "assignee")
+
+    @field_validator("source")
+    @classmethod
+    def _source(cls, value: str) -> str:
+        if value not in SOURCES:
+            raise ValueError(f"must be one of {', '.join(sorted(SOURCES))}")
+        return value
+
+    @field_validator("priority", mode="before")
+    @classmethod
+    def _priority(cls, value: object) -> int:
+        try:
+            return parse_priority(value)
+        except InvalidInput as exc:
+            raise ValueError(exc.problems[0].message) from None
+
+    @field_validator("payload")
+    @classmethod
+    def _payload(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        limit = (info.context or {}).get("max_payload_bytes", DEFAULT_MAX_PAYLOAD_BYTES)
+        try:
+            size = len(canonical_json(value).encode())
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"must be JSON: {exc}") from None
+        if size > limit:
+            raise ValueError(f"is {size} bytes, over the limit of {limit} bytes")
+        return value
+
+    @field_validator("depends_on")
+    @classmethod
+    def _depends_on(cls, value: tuple[UUID, ...]) -> tuple[UUID, ...]:
+        if len(set(value)) != len(value):
+            raise ValueError("lists a task twice")
+        if len(value) > 1000:
+            raise ValueError("lists more than 1000 tasks")
+        return value
+
+    @field_validator("callback_url")
+    @classmethod
+    def _callback_url(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^https?://[^\s/]+", value):
+            raise ValueError("must be an http:// or https:// URL")
+        return value
+
+    @field_validator("run_after")
+    @classmethod
+    def _run_after(cls, value: datetime | None) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value
+
+    @model_validator(mode="after")
+    def _p0_rules(self) -> TaskSpec:
+        if self.priority == 0:
+            if not self.idempotency_key:
+                raise ValueError(
+                    "idempotency_key: required for P0 tasks, so an irreversible action "
+                    "is never done twice"
+                )
+            if self.max_retries > P0_MAX_RETRIES:
+                raise ValueError(
+                    f"max_retries: a P0 task allows at most {P0_MAX_RETRIES} automatic retries"
+                )
+        return self
+
+
+def parse_specs(
+    items: Iterable[TaskSpec | Mapping[str, Any]],
+    *,
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    defaults: Mapping[str, Any] | None = None,
+    field_prefix: str = "tasks",
+    single: bool = False,
+) -> list[TaskSpec]:
+    """Validate every item; return them all or raise InvalidInput naming each bad field.
+
+    ``defaults`` fill fields an item leaves out (the CLI's tenant or requested_by, say).
+    ``single`` names fields plainly (``priority``) instead of ``tasks[0].priority``.
+    """
+    context = {"max_payload_bytes": max_payload_bytes}
+    specs: list[TaskSpec] = []
+    problems: list[FieldProblem] = []
+    for index, item in enumerate(items):
+        prefix = "" if single else f"{field_prefix}[{index}]."
+        if isinstance(item, TaskSpec):
+            data: Any = item.model_dump(exclude_unset=True)
+        elif isinstance(item, Mapping):
+            data = dict(item)
+        else:
+            problems.append(FieldProblem(prefix.rstrip("."), "must be an object of task fields"))
+            continue
+        if defaults:
+            data = {**{k: v for k, v in defaults.items() if v is not None}, **data}
+        try:
+            specs.append(TaskSpec.model_validate(data, context=context))
+        except ValidationError as exc:
+            problems.extend(_problems(exc, prefix))
+    if problems:
+        raise InvalidInput(problems)
+    return specs
+
+
+def _problems(exc: ValidationError, prefix: str) -> list[FieldProblem]:
+    found = []
+    for err in exc.errors(include_url=False, include_input=False):
+        path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"])
+        message = str(err["msg"]).removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            message = "unknown field"
+        elif err["type"] == "missing":
+            message = "required"
+        field, message = _split_field(path.lstrip("."), message)
+        found.append(FieldProblem(prefix + field if field else prefix.rstrip("."), message))
+    return found
+
+
+def _split_field(path: str, message: str) -> tuple[str, str]:
+    # Model-level rules name their field at the start of the message ("max_retries: ...").
+    if not path and ": " in message:
+        head, rest = message.split(": ", 1)
+        if head.isidentifier():
+            return head, rest
+    return path, message

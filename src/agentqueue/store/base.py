@@ -1,0 +1,179 @@
+"""The Store protocol: the narrow set of operations every backend provides.
+
+A store never decides a state. It reads tasks, and it applies :class:`Change` records decided by
+``domain.states.decide`` with guarded writes (expected state and expected audit position), each
+change together with its audit event in one transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+from uuid import UUID
+
+from ..domain.audit import StoredEvent
+from ..domain.models import Event, Task
+from ..domain.states import TaskState
+
+
+@dataclass(frozen=True)
+class Change:
+    """A decided change ready to write.
+
+    ``task`` is the full new image (state, fields, and the advanced audit head); the write holds
+    only if the row is still in ``expected_state`` at audit position ``expected_event_seq``.
+    """
+
+    task: Task
+    expected_state: TaskState
+    expected_event_seq: int
+    event: Event
+
+
+@dataclass(frozen=True)
+class NewTask:
+    """A task to insert with its creation event."""
+
+    task: Task
+    event: Event
+
+
+@dataclass(frozen=True)
+class TaskFilter:
+    """What ``list_tasks`` returns: every given condition must hold. Newest first."""
+
+    tenant: str | None = None
+    states: tuple[TaskState, ...] = ()
+    task_types: tuple[str, ...] = ()
+    sources: tuple[str, ...] = ()
+    limit: int = 50
+    before_seq: int | None = None
+
+
+@dataclass(frozen=True)
+class DedupKey:
+    """How a new task may match an existing one (R2)."""
+
+    tenant: str
+    idempotency_key: str | None
+    source: str
+    source_id: str | None
+
+
+@dataclass(frozen=True)
+class TaskHead:
+    """The audit head recorded on a task row, for verification."""
+
+    task_id: UUID
+    tenant: str
+    event_seq: int
+    last_hash: str
+
+
+@dataclass(frozen=True)
+class Lease:
+    """An executor's hold on a task."""
+
+    task_id: UUID
+    lock_token: UUID
+
+
+@dataclass(frozen=True)
+class AuditSnapshot:
+    """Two ordered streams over one snapshot: task heads by id, events by (task id, seq)."""
+
+    heads: AsyncIterator[TaskHead]
+    events: AsyncIterator[StoredEvent]
+
+
+class Tx(Protocol):
+    """Operations inside one write transaction. Reads here lock what they return."""
+
+    async def lock(self, ids: Sequence[UUID], tenant: str | None = None) -> list[Task]:
+        """The tasks with these ids (in this tenant, if given), locked until commit."""
+        ...
+
+    async def lock_claimable(
+        self, limit: int, task_types: Sequence[str] | None, now: datetime, aging_secs: float
+    ) -> list[Task]:
+        """Up to ``limit`` queued tasks in claim order, skipping ones other claimers hold."""
+        ...
+
+    async def lock_admissible(self, limit: int, now: datetime, aging_secs: float) -> list[Task]:
+        """Up to ``limit`` pending tasks that may be admitted now, in admission order."""
+        ...
+
+    async def lock_lapsed(self, limit: int, now: datetime) -> list[Task]:
+        """Executing tasks whose lease has run out."""
+        ...
+
+    async def lock_due_retries(self, limit: int, now: datetime) -> list[Task]:
+        """Retrying tasks whose backoff has elapsed."""
+        ...
+
+    async def apply(self, changes: Sequence[Change]) -> set[UUID]:
+        """Write each change whose guard holds, with its event; return the ids written."""
+        ...
+
+
+class Store(Protocol):
+    """A durable home for tasks and their audit events."""
+
+    dialect: str
+
+    async def open(self) -> None:
+        """Connect, and migrate the schema if it is behind."""
+        ...
+
+    async def close(self) -> None:
+        """Release connections."""
+        ...
+
+    async def migrate(self) -> list[int]:
+        """Apply missing migrations; return the versions applied."""
+        ...
+
+    async def schema_version(self) -> int:
+        """The highest migration applied."""
+        ...
+
+    def transaction(self) -> AbstractAsyncContextManager[Tx]:
+        """A write transaction: commits on success, rolls back on error."""
+        ...
+
+    async def insert_tasks(self, new: Sequence[NewTask]) -> set[UUID]:
+        """Insert tasks with their creation events, skipping any that violate a uniqueness
+        rule (dedup or idempotency); return the ids inserted."""
+        ...
+
+    async def find_existing(self, keys: Sequence[DedupKey]) -> list[Task]:
+        """Tasks matching any key: same tenant and idempotency_key, or a live task with the same
+        tenant, source and source_id."""
+        ...
+
+    async def get_tasks(self, ids: Sequence[UUID], tenant: str | None = None) -> list[Task]:
+        """The tasks with these ids that exist (in this tenant, if given)."""
+        ...
+
+    async def list_tasks(self, flt: TaskFilter) -> list[Task]:
+        """Tasks matching the filter, newest first, at most ``flt.limit``."""
+        ...
+
+    async def events(self, task_id: UUID, tenant: str | None = None) -> list[Event]:
+        """The audit events of one task, in order."""
+        ...
+
+    async def count_by_state(self, tenant: str | None = None) -> dict[TaskState, int]:
+        """How many tasks are in each state (states with none are left out)."""
+        ...
+
+    async def heartbeat(self, leases: Sequence[Lease], now: datetime, ttl_secs: float) -> set[UUID]:
+        """Extend the leases that still hold; return their task ids."""
+        ...
+
+    def audit_snapshot(self) -> AbstractAsyncContextManager[AuditSnapshot]:
+        """Every task head and every event, read from one consistent snapshot."""
+        ...

@@ -1,0 +1,68 @@
+"""Versioned schema migrations, one runner for both backends.
+
+Each dialect keeps ``migrations/NNNN_name.sql``; the version table ``aq_schema_version`` records
+what has been applied. A backend provides the two primitives of :class:`MigrationTarget`; the
+runner decides what to apply and in which order.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from importlib import resources
+from typing import Protocol
+
+_FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One schema step."""
+
+    version: int
+    name: str
+    sql: str
+
+
+def available(dialect: str) -> list[Migration]:
+    """Every migration shipped for ``dialect``, in version order."""
+    folder = resources.files("agentqueue.store").joinpath(dialect, "migrations")
+    found = []
+    for entry in folder.iterdir():
+        match = _FILE.match(entry.name)
+        if match:
+            found.append(Migration(int(match.group(1)), match.group(2), entry.read_text()))
+    found.sort(key=lambda m: m.version)
+    versions = [m.version for m in found]
+    if versions != list(range(1, len(found) + 1)):
+        raise RuntimeError(f"{dialect} migrations are not numbered 1..n: {versions}")
+    return found
+
+
+class MigrationTarget(Protocol):
+    """What a backend does for the runner; each call is its own transaction."""
+
+    async def applied_versions(self) -> set[int]:
+        """Versions already applied (empty on a new database)."""
+        ...
+
+    async def apply_migration(self, migration: Migration) -> bool:
+        """Apply one migration and record it, under a lock; False if another process did."""
+        ...
+
+
+async def run_migrations(target: MigrationTarget, dialect: str) -> list[int]:
+    """Apply what is missing, in order; return the versions this call applied."""
+    applied = await target.applied_versions()
+    done: list[int] = []
+    for migration in available(dialect):
+        if migration.version in applied:
+            continue
+        if await target.apply_migration(migration):
+            done.append(migration.version)
+    return done
+
+
+def latest_version(dialect: str) -> int:
+    """The highest version this release knows."""
+    return max((m.version for m in available(dialect)), default=0)

@@ -1,0 +1,293 @@
+"""The PostgreSQL store: psycopg 3, a connection pool, FOR UPDATE SKIP LOCKED, bulk unnest."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import psycopg
+from psycopg.rows import DictRow, dict_row
+from psycopg_pool import AsyncConnectionPool
+
+from ...domain.audit import StoredEvent
+from ...domain.errors import StoreError
+from ...domain.models import Event, Task
+from ...domain.states import TaskState
+from ..base import AuditSnapshot, Change, DedupKey, Lease, NewTask, TaskFilter, TaskHead
+from ..migrate import Migration, latest_version, run_migrations
+from ..rows import Codec, change_columns, event_columns, event_from_row, new_task_columns
+from ..rows import task_from_row as _task_from_row
+from ..sqlfile import load_queries
+
+Q = load_queries("postgres")
+
+CODEC = Codec(uuids_out=lambda ids: "{" + ",".join(str(i) for i in ids) + "}")
+
+
+def task_from_row(row: dict[str, Any]) -> Task:
+    """A Task from a PostgreSQL row."""
+    return _task_from_row(row, CODEC)
+
+
+class PostgresTx:
+    """One transaction on one pooled connection."""
+
+    def __init__(self, conn: psycopg.AsyncConnection[dict[str, Any]]) -> None:
+        self._conn = conn
+
+    async def _tasks(self, query: str, params: dict[str, Any]) -> list[Task]:
+        cur = await self._conn.execute(Q[query], params, prepare=True)
+        return [task_from_row(row) for row in await cur.fetchall()]
+
+    async def lock(self, ids: Sequence[UUID], tenant: str | None = None) -> list[Task]:
+        """Lock and return the tasks with these ids."""
+        return await self._tasks("lock_tasks", {"ids": list(ids), "tenant": tenant})
+
+    async def lock_claimable(
+        self, limit: int, task_types: Sequence[str] | None, now: datetime, aging_secs: float
+    ) -> list[Task]:
+        """Queued tasks in claim order, skipping locked rows."""
+        params = {
+            "limit": limit,
+            "task_types": list(task_types) if task_types is not None else None,
+            "now": now,
+            "aging_secs": aging_secs,
+        }
+        return await self._tasks("lock_claimable", params)
+
+    async def lock_admissible(self, limit: int, now: datetime, aging_secs: float) -> list[Task]:
+        """Pending tasks that may be admitted now."""
+        params = {"limit": limit, "now": now, "aging_secs": aging_secs}
+        return await self._tasks("lock_admissible", params)
+
+    async def lock_lapsed(self, limit: int, now: datetime) -> list[Task]:
+        """Executing tasks whose lease ran out."""
+        return await self._tasks("lock_lapsed", {"limit": limit, "now": now})
+
+    async def lock_due_retries(self, limit: int, now: datetime) -> list[Task]:
+        """Retrying tasks whose backoff elapsed."""
+        return await self._tasks("lock_due_retries", {"limit": limit, "now": now})
+
+    async def apply(self, changes: Sequence[Change]) -> set[UUID]:
+        """Guarded bulk update plus bulk event insert, in one statement."""
+        if not changes:
+            return set()
+        params: dict[str, Any] = change_columns(changes, CODEC)
+        params.update(event_columns([c.event for c in changes], CODEC))
+        cur = await self._conn.execute(Q["apply"], params, prepare=True)
+        return {row["id"] for row in await cur.fetchall()}
+
+
+class PostgresStore:
+    """Tasks and events in PostgreSQL, shared by any number of processes and machines."""
+
+    dialect = "postgres"
+
+    def __init__(self, url: str, *, min_size: int = 1, max_size: int = 10) -> None:
+        self._url = url
+        self._pool: AsyncConnectionPool[psycopg.AsyncConnection[DictRow]] = AsyncConnectionPool(
+            url,
+            connection_class=psycopg.AsyncConnection[DictRow],
+            min_size=min_size,
+            max_size=max_size,
+            open=False,
+            kwargs={"row_factory": dict_row, "autocommit": True, "options": "-c TimeZone=UTC"},
+            name="agentqueue",
+        )
+
+    async def open(self) -> None:
+        """Open the pool and migrate."""
+        try:
+            await self._pool.open(wait=True, timeout=15)
+        except psycopg.OperationalError as exc:
+            raise StoreError(f"cannot reach PostgreSQL: {_redact(str(exc))}") from None
+        except Exception as exc:  # the pool raises its own timeout type
+            raise StoreError(f"cannot reach PostgreSQL: {_redact(str(exc))}") from None
+        if await self.schema_version() < latest_version(self.dialect):
+            await self.migrate()
+
+    async def close(self) -> None:
+        """Close the pool."""
+        await self._pool.close()
+
+    # --- migrations -------------------------------------------------------------------------
+
+    async def migrate(self) -> list[int]:
+        """Apply missing migrations under an advisory lock."""
+        return await run_migrations(self, self.dialect)
+
+    async def applied_versions(self) -> set[int]:
+        """Versions recorded in aq_schema_version."""
+        async with self._pool.connection() as conn:
+            await conn.execute(Q["create_version_table"])
+            cur = await conn.execute(Q["applied_versions"])
+            return {row["version"] for row in await cur.fetchall()}
+
+    async def apply_migration(self, migration: Migration) -> bool:
+        """Apply one migration unless a concurrent migrator already did."""
+        async with self._pool.connection() as conn, conn.transaction():
+            await conn.execute(Q["migration_lock"])
+            cur = await conn.execute(Q["applied_versions"])
+            if migration.version in {row["version"] for row in await cur.fetchall()}:
+                return False
+            await conn.execute(migration.sql.encode())
+            await conn.execute(
+                Q["record_version"], {"version": migration.version, "name": migration.name}
+            )
+            return True
+
+    async def schema_version(self) -> int:
+        """The highest applied migration, 0 on an empty database."""
+        versions = await self.applied_versions()
+        return max(versions, default=0)
+
+    # --- writes -----------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[PostgresTx]:
+        """A transaction on a pooled connection."""
+        async with self._pool.connection() as conn, conn.transaction():
+            yield PostgresTx(conn)
+
+    async def insert_tasks(self, new: Sequence[NewTask]) -> set[UUID]:
+        """Bulk insert with ON CONFLICT DO NOTHING; creation events only for inserted rows."""
+        if not new:
+            return set()
+        params: dict[str, Any] = new_task_columns(new, CODEC)
+        params.update(event_columns([n.event for n in new], CODEC))
+        async with self._pool.connection() as conn:
+            cur = await conn.execute(Q["insert_tasks"], params, prepare=True)
+            return {row["id"] for row in await cur.fetchall()}
+
+    async def heartbeat(self, leases: Sequence[Lease], now: datetime, ttl_secs: float) -> set[UUID]:
+        """Extend the leases whose token still holds."""
+        if not leases:
+            return set()
+        params = {
+            "ids": [lease.task_id for lease in leases],
+            "tokens": [lease.lock_token for lease in leases],
+            "now": now,
+            "ttl_secs": ttl_secs,
+        }
+        async with self._pool.connection() as conn:
+            cur = await conn.execute(Q["heartbeat"], params, prepare=True)
+            return {row["id"] for row in await cur.fetchall()}
+
+    # --- reads ------------------------------------------------------------------------------
+
+    async def _tasks(self, query: str, params: dict[str, Any]) -> list[Task]:
+        async with self._pool.connection() as conn:
+            cur = await conn.execute(Q[query], params, prepare=True)
+            return [task_from_row(row) for row in await cur.fetchall()]
+
+    async def find_existing(self, keys: Sequence[DedupKey]) -> list[Task]:
+        """Tasks sharing an idempotency key, or live tasks sharing a source key."""
+        by_key = [k for k in keys if k.idempotency_key is not None]
+        by_source = [k for k in keys if k.source_id is not None]
+        found: dict[UUID, Task] = {}
+        if by_key:
+            for task in await self._tasks(
+                "find_by_idempotency",
+                {"tenant": [k.tenant for k in by_key], "key": [k.idempotency_key for k in by_key]},
+            ):
+                found[task.id] = task
+        if by_source:
+            for task in await self._tasks(
+                "find_live_by_source",
+                {
+                    "tenant": [k.tenant for k in by_source],
+                    "source": [k.source for k in by_source],
+                    "source_id": [k.source_id for k in by_source],
+                },
+            ):
+                found[task.id] = task
+        return list(found.values())
+
+    async def get_tasks(self, ids: Sequence[UUID], tenant: str | None = None) -> list[Task]:
+        """Tasks by id."""
+        return await self._tasks("get_tasks", {"ids": list(ids), "tenant": tenant})
+
+    async def list_tasks(self, flt: TaskFilter) -> list[Task]:
+        """Filtered, newest first."""
+        params = {
+            "tenant": flt.tenant,
+            "states": [s.value for s in flt.states] or None,
+            "task_types": list(flt.task_types) or None,
+            "sources": list(flt.sources) or None,
+            "before_seq": flt.before_seq,
+            "limit": flt.limit,
+        }
+        return await self._tasks("list_tasks", params)
+
+    async def events(self, task_id: UUID, tenant: str | None = None) -> list[Event]:
+        """One task's events in order."""
+        async with self._pool.connection() as conn:
+            cur = await conn.execute(Q["events"], {"task_id": task_id, "tenant": tenant})
+            return [event_from_row(row, CODEC) for row in await cur.fetchall()]
+
+    async def count_by_state(self, tenant: str | None = None) -> dict[TaskState, int]:
+        """Counts per state."""
+        async with self._pool.connection() as conn:
+            cur = await conn.execute(Q["count_by_state"], {"tenant": tenant})
+            return {TaskState(row["state"]): row["count"] for row in await cur.fetchall()}
+
+    @asynccontextmanager
+    async def audit_snapshot(self) -> AsyncIterator[AuditSnapshot]:
+        """Heads and events through two server-side cursors in one REPEATABLE READ snapshot."""
+        async with self._pool.connection() as conn:
+            await conn.set_isolation_level(psycopg.IsolationLevel.REPEATABLE_READ)
+            try:
+                async with conn.transaction():
+                    heads_cur = conn.cursor(name="aq_heads")
+                    events_cur = conn.cursor(name="aq_events")
+                    await heads_cur.execute(Q["task_heads"])
+                    await events_cur.execute(Q["all_events"])
+
+                    async def heads() -> AsyncIterator[TaskHead]:
+                        async for row in heads_cur:
+                            yield TaskHead(
+                                row["id"], row["tenant"], row["event_seq"], row["last_hash"]
+                            )
+
+                    async def events() -> AsyncIterator[StoredEvent]:
+                        async for row in events_cur:
+                            yield _stored_event(row)
+
+                    yield AuditSnapshot(heads(), events())
+                    await heads_cur.close()
+                    await events_cur.close()
+            finally:
+                await conn.set_isolation_level(None)
+
+    # --- test and maintenance helpers ---------------------------------------------------------
+
+    async def execute_raw(self, sql: str, params: dict[str, Any] | None = None) -> None:
+        """Run one statement as is (for tests that simulate tampering)."""
+        async with self._pool.connection() as conn:
+            await conn.execute(sql.encode() if params is None else sql, params)
+
+
+def _stored_event(row: dict[str, Any]) -> StoredEvent:
+    return StoredEvent(
+        task_id=row["task_id"],
+        tenant=row["tenant"],
+        seq=row["seq"],
+        at=row["at"],
+        from_state=row["from_state"],
+        to_state=row["to_state"],
+        action=row["action"],
+        actor=row["actor"],
+        reason=row["reason"],
+        data_text=row["data"],
+        hash=row["hash"],
+    )
+
+
+def _redact(message: str) -> str:
+    """Drop anything that looks like a password from a driver message."""
+    import re
+
+    return re.sub(r"(password=)\S+", r"\1***", re.sub(r"//([^:/@]+):[^@]+@", r"//\1:***@", message))

@@ -1,0 +1,425 @@
+"""The SQLite store: one file in WAL mode, writes under BEGIN IMMEDIATE, a busy timeout.
+
+sqlite3 is synchronous, so each connection lives on its own thread and async callers hop to it.
+One connection writes (transactions are serialised in-process by a lock and across processes by
+SQLite's write lock); another reads, which WAL lets run beside the writer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from collections.abc import AsyncIterator, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+from uuid import UUID
+
+from ...domain.audit import StoredEvent
+from ...domain.errors import InvalidInput, StoreError
+from ...domain.models import Event, Task
+from ...domain.states import TaskState
+from ..base import AuditSnapshot, Change, DedupKey, Lease, NewTask, TaskFilter, TaskHead
+from ..migrate import Migration, latest_version, run_migrations
+from ..rows import (
+    Codec,
+    change_columns,
+    event_columns,
+    event_from_row,
+    new_task_columns,
+    rows_of,
+    task_from_row,
+)
+from ..sqlfile import load_queries
+
+Q = load_queries("sqlite")
+T = TypeVar("T")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def to_micros(value: datetime | None) -> int | None:
+    """Aware datetime to integer microseconds since the epoch."""
+    if value is None:
+        return None
+    delta = value - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def from_micros(value: int | None) -> datetime | None:
+    """Integer microseconds since the epoch to an aware UTC datetime."""
+    if value is None:
+        return None
+    return datetime.fromtimestamp(value // 1_000_000, UTC).replace(microsecond=value % 1_000_000)
+
+
+def _json_in(value: str | None) -> Any:
+    return None if value is None else json.loads(value)
+
+
+CODEC = Codec(
+    time_out=to_micros,
+    time_in=from_micros,
+    uuid_out=lambda u: None if u is None else str(u),
+    uuid_in=lambda s: None if s is None else UUID(s),
+    uuids_out=lambda ids: json.dumps([str(i) for i in ids]),
+    uuids_in=lambda text: tuple(UUID(s) for s in json.loads(text)),
+    json_in=_json_in,
+)
+
+
+def _dump(rows: Any) -> str:
+    return json.dumps(rows, separators=(",", ":"), ensure_ascii=False)
+
+
+def parse_sqlite_url(url: str) -> tuple[Path, dict[str, str]]:
+    """``sqlite:///relative.db`` or ``sqlite:////absolute.db``, with optional ``?key=value``."""
+    rest = url.removeprefix("sqlite://")
+    if not rest.startswith("/"):
+        raise InvalidInput("a SQLite URL looks like sqlite:///file.db", "db")
+    path_part, _, query = rest[1:].partition("?")
+    if not path_part or path_part == ":memory:":
+        raise InvalidInput("SQLite needs a file path (in-memory databases are not shared)", "db")
+    options = dict(item.partition("=")[::2] for item in query.split("&") if item)
+    return Path(path_part), options
+
+
+class _Conn:
+    """A sqlite3 connection pinned to one thread."""
+
+    def __init__(self, path: Path, busy_timeout_ms: int, synchronous: str) -> None:
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentqueue-sqlite")
+        self._path = path
+        self._busy = busy_timeout_ms
+        self._sync = synchronous
+        self.conn: sqlite3.Connection | None = None
+
+    def _open(self) -> None:
+        conn = sqlite3.connect(
+            self._path, isolation_level=None, check_same_thread=False, timeout=self._busy / 1000
+        )
+        conn.row_factory = sqlite3.Row
+        conn.execute(f"PRAGMA busy_timeout = {int(self._busy)}")
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute(f"PRAGMA synchronous = {self._sync}")
+        self.conn = conn
+
+    async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        loop = asyncio.get_running_loop()
+
+        def call() -> T:
+            if self.conn is None:
+                self._open()
+            assert self.conn is not None
+            try:
+                return fn(self.conn)
+            except sqlite3.OperationalError as exc:
+                raise StoreError(f"SQLite: {exc}") from exc
+
+        return await loop.run_in_executor(self._executor, call)
+
+    async def close(self) -> None:
+        if self.conn is not None:
+            await self.run(lambda c: c.close())
+            self.conn = None
+        self._executor.shutdown(wait=True)
+
+
+def _tasks(conn: sqlite3.Connection, query: str, params: dict[str, Any]) -> list[Task]:
+    return [task_from_row(row, CODEC) for row in conn.execute(Q[query], params).fetchall()]
+
+
+class SQLiteTx:
+    """Statements inside one BEGIN IMMEDIATE transaction; the write lock is already held."""
+
+    def __init__(self, conn: _Conn) -> None:
+        self._conn = conn
+
+    async def lock(self, ids: Sequence[UUID], tenant: str | None = None) -> list[Task]:
+        """The tasks with these ids."""
+        params = {"ids": _dump([str(i) for i in ids]), "tenant": tenant}
+        return await self._conn.run(lambda c: _tasks(c, "lock_tasks", params))
+
+    async def lock_claimable(
+        self, limit: int, task_types: Sequence[str] | None, now: datetime, aging_secs: float
+    ) -> list[Task]:
+        """Queued tasks in claim order."""
+        params = {
+            "limit": limit,
+            "task_types": _dump(list(task_types)) if task_types is not None else None,
+            "now": to_micros(now),
+            "aging_us": max(1, int(aging_secs * 1_000_000)),
+        }
+        return await self._conn.run(lambda c: _tasks(c, "lock_claimable", params))
+
+    async def lock_admissible(self, limit: int, now: datetime, aging_secs: float) -> list[Task]:
+        """Pending tasks that may be admitted now."""
+        params = {
+            "limit": limit,
+            "now": to_micros(now),
+            "aging_us": max(1, int(aging_secs * 1_000_000)),
+        }
+        return await self._conn.run(lambda c: _tasks(c, "lock_admissible", params))
+
+    async def lock_lapsed(self, limit: int, now: datetime) -> list[Task]:
+        """Executing tasks whose lease ran out."""
+        params = {"limit": limit, "now": to_micros(now)}
+        return await self._conn.run(lambda c: _tasks(c, "lock_lapsed", params))
+
+    async def lock_due_retries(self, limit: int, now: datetime) -> list[Task]:
+        """Retrying tasks whose backoff elapsed."""
+        params = {"limit": limit, "now": to_micros(now)}
+        return await self._conn.run(lambda c: _tasks(c, "lock_due_retries", params))
+
+    async def apply(self, changes: Sequence[Change]) -> set[UUID]:
+        """Guarded bulk update, then the events of the rows written."""
+        if not changes:
+            return set()
+        rows = _dump(rows_of(change_columns(changes, CODEC)))
+        events = _dump(rows_of(event_columns([ch.event for ch in changes], CODEC)))
+
+        def run(c: sqlite3.Connection) -> set[UUID]:
+            written = [row[0] for row in c.execute(Q["apply"], {"rows": rows}).fetchall()]
+            c.execute(Q["insert_events"], {"rows": events, "written": _dump(written)})
+            return {UUID(i) for i in written}
+
+        return await self._conn.run(run)
+
+
+class SQLiteStore:
+    """Tasks and events in one SQLite file: the embedded default."""
+
+    dialect = "sqlite"
+
+    def __init__(self, url: str, *, busy_timeout_ms: int = 30_000) -> None:
+        self.path, options = parse_sqlite_url(url)
+        synchronous = options.get("synchronous", "FULL").upper()
+        if synchronous not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
+            raise InvalidInput("must be OFF, NORMAL, FULL or EXTRA", "db.synchronous")
+        self._writer = _Conn(self.path, busy_timeout_ms, synchronous)
+        self._reader = _Conn(self.path, busy_timeout_ms, synchronous)
+        self._write_lock = asyncio.Lock()
+
+    async def open(self) -> None:
+        """Create the file if needed and migrate."""
+        if self.path.parent and not self.path.parent.exists():
+            raise StoreError(f"the folder for the SQLite database does not exist: {self.path}")
+        if await self.schema_version() < latest_version(self.dialect):
+            await self.migrate()
+
+    async def close(self) -> None:
+        """Close both connections."""
+        await self._writer.close()
+        await self._reader.close()
+
+    # --- migrations -------------------------------------------------------------------------
+
+    async def migrate(self) -> list[int]:
+        """Apply missing migrations."""
+        return await run_migrations(self, self.dialect)
+
+    async def applied_versions(self) -> set[int]:
+        """Versions recorded in aq_schema_version."""
+
+        def run(c: sqlite3.Connection) -> set[int]:
+            c.execute(Q["create_version_table"])
+            return {row[0] for row in c.execute(Q["applied_versions"])}
+
+        async with self._write_lock:
+            return await self._writer.run(run)
+
+    async def apply_migration(self, migration: Migration) -> bool:
+        """Apply one migration under the write lock unless another process did."""
+
+        def run(c: sqlite3.Connection) -> bool:
+            c.execute("BEGIN IMMEDIATE")
+            try:
+                if migration.version in {row[0] for row in c.execute(Q["applied_versions"])}:
+                    c.execute("ROLLBACK")
+                    return False
+                for statement in _statements(migration.sql):
+                    c.execute(statement)
+                c.execute(
+                    Q["record_version"], {"version": migration.version, "name": migration.name}
+                )
+                c.execute("COMMIT")
+                return True
+            except BaseException:
+                c.execute("ROLLBACK")
+                raise
+
+        async with self._write_lock:
+            return await self._writer.run(run)
+
+    async def schema_version(self) -> int:
+        """The highest applied migration, 0 on a new file."""
+        return max(await self.applied_versions(), default=0)
+
+    # --- writes -----------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[SQLiteTx]:
+        """BEGIN IMMEDIATE ... COMMIT on the writer connection."""
+        async with self._write_lock:
+            await self._writer.run(lambda c: c.execute("BEGIN IMMEDIATE"))
+            try:
+                yield SQLiteTx(self._writer)
+            except BaseException:
+                await self._writer.run(lambda c: c.execute("ROLLBACK"))
+                raise
+            await self._writer.run(lambda c: c.execute("COMMIT"))
+
+    async def insert_tasks(self, new: Sequence[NewTask]) -> set[UUID]:
+        """Insert what does not conflict, with creation events, in one transaction."""
+        if not new:
+            return set()
+        rows = _dump(rows_of(new_task_columns(new, CODEC)))
+        events = _dump(rows_of(event_columns([n.event for n in new], CODEC)))
+
+        def run(c: sqlite3.Connection) -> set[UUID]:
+            written = [row[0] for row in c.execute(Q["insert_tasks"], {"rows": rows}).fetchall()]
+            c.execute(Q["insert_events"], {"rows": events, "written": _dump(written)})
+            return {UUID(i) for i in written}
+
+        async with self.transaction():
+            return await self._writer.run(run)
+
+    async def heartbeat(self, leases: Sequence[Lease], now: datetime, ttl_secs: float) -> set[UUID]:
+        """Extend the leases whose token still holds."""
+        if not leases:
+            return set()
+        params = {
+            "rows": _dump([{"id": str(x.task_id), "token": str(x.lock_token)} for x in leases]),
+            "now": to_micros(now),
+            "ttl_us": int(ttl_secs * 1_000_000),
+        }
+        async with self.transaction():
+            rows = await self._writer.run(lambda c: c.execute(Q["heartbeat"], params).fetchall())
+        return {UUID(row[0]) for row in rows}
+
+    # --- reads ------------------------------------------------------------------------------
+
+    async def _read(self, query: str, params: dict[str, Any]) -> list[Task]:
+        return await self._reader.run(lambda c: _tasks(c, query, params))
+
+    async def find_existing(self, keys: Sequence[DedupKey]) -> list[Task]:
+        """Tasks sharing an idempotency key, or live tasks sharing a source key."""
+        by_key = [{"tenant": k.tenant, "key": k.idempotency_key} for k in keys if k.idempotency_key]
+        by_source = [
+            {"tenant": k.tenant, "source": k.source, "source_id": k.source_id}
+            for k in keys
+            if k.source_id is not None
+        ]
+        found: dict[UUID, Task] = {}
+        if by_key:
+            for task in await self._read("find_by_idempotency", {"keys": _dump(by_key)}):
+                found[task.id] = task
+        if by_source:
+            for task in await self._read("find_live_by_source", {"keys": _dump(by_source)}):
+                found[task.id] = task
+        return list(found.values())
+
+    async def get_tasks(self, ids: Sequence[UUID], tenant: str | None = None) -> list[Task]:
+        """Tasks by id."""
+        return await self._read(
+            "get_tasks", {"ids": _dump([str(i) for i in ids]), "tenant": tenant}
+        )
+
+    async def list_tasks(self, flt: TaskFilter) -> list[Task]:
+        """Filtered, newest first."""
+        params = {
+            "tenant": flt.tenant,
+            "states": _dump([s.value for s in flt.states]) if flt.states else None,
+            "task_types": _dump(list(flt.task_types)) if flt.task_types else None,
+            "sources": _dump(list(flt.sources)) if flt.sources else None,
+            "before_seq": flt.before_seq,
+            "limit": flt.limit,
+        }
+        return await self._read("list_tasks", params)
+
+    async def events(self, task_id: UUID, tenant: str | None = None) -> list[Event]:
+        """One task's events in order."""
+        params = {"task_id": str(task_id), "tenant": tenant}
+
+        def run(c: sqlite3.Connection) -> list[Event]:
+            return [event_from_row(row, CODEC) for row in c.execute(Q["events"], params)]
+
+        return await self._reader.run(run)
+
+    async def count_by_state(self, tenant: str | None = None) -> dict[TaskState, int]:
+        """Counts per state."""
+
+        def run(c: sqlite3.Connection) -> dict[TaskState, int]:
+            rows = c.execute(Q["count_by_state"], {"tenant": tenant}).fetchall()
+            return {TaskState(row["state"]): row["count"] for row in rows}
+
+        return await self._reader.run(run)
+
+    @asynccontextmanager
+    async def audit_snapshot(self) -> AsyncIterator[AuditSnapshot]:
+        """Heads and events from one read transaction on the reader connection."""
+        await self._reader.run(lambda c: c.execute("BEGIN"))
+        try:
+            heads_cur = await self._reader.run(lambda c: c.execute(Q["task_heads"]))
+            events_cur = await self._reader.run(lambda c: c.execute(Q["all_events"]))
+
+            async def rows(cursor: sqlite3.Cursor) -> AsyncIterator[sqlite3.Row]:
+                while True:
+                    batch = await self._reader.run(lambda c: cursor.fetchmany(2000))
+                    if not batch:
+                        return
+                    for row in batch:
+                        yield row
+
+            async def heads() -> AsyncIterator[TaskHead]:
+                async for row in rows(heads_cur):
+                    yield TaskHead(
+                        UUID(row["id"]), row["tenant"], row["event_seq"], row["last_hash"]
+                    )
+
+            async def events() -> AsyncIterator[StoredEvent]:
+                async for row in rows(events_cur):
+                    yield StoredEvent(
+                        task_id=UUID(row["task_id"]),
+                        tenant=row["tenant"],
+                        seq=row["seq"],
+                        at=from_micros(row["at"]),  # type: ignore[arg-type]
+                        from_state=row["from_state"],
+                        to_state=row["to_state"],
+                        action=row["action"],
+                        actor=row["actor"],
+                        reason=row["reason"],
+                        data_text=row["data"],
+                        hash=row["hash"],
+                    )
+
+            yield AuditSnapshot(heads(), events())
+        finally:
+            await self._reader.run(lambda c: c.execute("COMMIT"))
+
+    # --- test and maintenance helpers ---------------------------------------------------------
+
+    async def execute_raw(self, sql: str, params: dict[str, Any] | None = None) -> None:
+        """Run statements as they are (for tests that simulate tampering)."""
+        async with self._write_lock:
+            await self._writer.run(
+                lambda c: c.executescript(sql) if params is None else c.execute(sql, params)
+            )
+
+
+def _statements(script: str) -> list[str]:
+    """Split a migration into statements, keeping trigger bodies (BEGIN ... END;) whole."""
+    statements: list[str] = []
+    current: list[str] = []
+    for line in script.splitlines():
+        current.append(line)
+        text = "\n".join(current).strip()
+        if text and sqlite3.complete_statement(text):
+            statements.append(text)
+            current = []
+    rest = "\n".join(current).strip()
+    if rest and not all(ln.strip().startswith("--") or not ln.strip() for ln in current):
+        statements.append(rest)
+    return statements
