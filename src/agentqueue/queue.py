@@ -142,8 +142,9 @@ class AsyncQueue:
 
     async def migrate(self) -> list[int]:
         """Apply missing schema migrations; return the versions applied."""
-        await self._rt.store.open()
-        self._opened = True
+        if not self._opened:
+            await self._rt.store.open(migrate=False)
+            self._opened = True
         return await self._rt.store.migrate()
 
     # --- submitting -------------------------------------------------------------------------

@@ -124,8 +124,8 @@ class Store(Protocol):
 
     dialect: str
 
-    async def open(self) -> None:
-        """Connect, and migrate the schema if it is behind."""
+    async def open(self, *, migrate: bool = True) -> None:
+        """Connect, and (unless told not to) migrate the schema if it is behind."""
         ...
 
     async def close(self) -> None:

@@ -98,7 +98,7 @@ class PostgresStore:
             name="agentqueue",
         )
 
-    async def open(self) -> None:
+    async def open(self, *, migrate: bool = True) -> None:
         """Open the pool and migrate."""
         try:
             await self._pool.open(wait=True, timeout=15)
@@ -106,7 +106,7 @@ class PostgresStore:
             raise StoreError(f"cannot reach PostgreSQL: {_redact(str(exc))}") from None
         except Exception as exc:  # the pool raises its own timeout type
             raise StoreError(f"cannot reach PostgreSQL: {_redact(str(exc))}") from None
-        if await self.schema_version() < latest_version(self.dialect):
+        if migrate and await self.schema_version() < latest_version(self.dialect):
             await self.migrate()
 
     async def close(self) -> None:

@@ -202,11 +202,11 @@ class SQLiteStore:
         self._reader = _Conn(self.path, busy_timeout_ms, synchronous)
         self._write_lock = asyncio.Lock()
 
-    async def open(self) -> None:
+    async def open(self, *, migrate: bool = True) -> None:
         """Create the file if needed and migrate."""
         if self.path.parent and not self.path.parent.exists():
             raise StoreError(f"the folder for the SQLite database does not exist: {self.path}")
-        if await self.schema_version() < latest_version(self.dialect):
+        if migrate and await self.schema_version() < latest_version(self.dialect):
             await self.migrate()
 
     async def close(self) -> None:

@@ -1,0 +1,530 @@
+"""The ``agentqueue`` command: a thin shell over AsyncQueue.
+
+Exit codes: 0 success, 2 bad input (usage errors and invalid fields), 1 anything else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import json
+import os
+import re
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
+
+import click
+
+from . import __version__
+from .domain.errors import AgentQueueError, InvalidInput, NotFound
+from .domain.models import Event, Task
+from .domain.priority import priority_name
+from .domain.states import TaskState
+from .ids import parse_task_id
+from .queue import AsyncQueue
+from .store import DEFAULT_URL
+
+T = TypeVar("T")
+
+EXIT_OK, EXIT_ERROR, EXIT_BAD_INPUT = 0, 1, 2
+STATES = [s.value for s in TaskState]
+
+
+def _default_actor() -> str:
+    try:
+        return os.environ.get("AGENTQUEUE_ACTOR") or getpass.getuser()
+    except Exception:  # no user name on some containers
+        return "cli"
+
+
+def fail(message: str, code: int = EXIT_ERROR) -> NoReturn:
+    """Print ``error: message`` to stderr and exit."""
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+def run(
+    ctx: click.Context, action: Callable[[AsyncQueue], Awaitable[T]], tenant: str | None = None
+) -> T:
+    """Open the queue named by the global options, run ``action``, close, map errors."""
+    opts = ctx.find_root().obj
+
+    async def go() -> T:
+        queue = AsyncQueue(opts["db"], config=opts["config"], actor=opts["actor"], tenant=tenant)
+        try:
+            return await action(queue)
+        finally:
+            await queue.close()
+
+    try:
+        return asyncio.run(go())
+    except InvalidInput as exc:
+        fail(str(exc), EXIT_BAD_INPUT)
+    except NotFound as exc:
+        fail(str(exc))
+    except AgentQueueError as exc:
+        fail(str(exc))
+    except KeyboardInterrupt:
+        fail("interrupted", 130)
+    except Exception as exc:  # never a traceback for a user; AGENTQUEUE_DEBUG=1 shows it
+        if os.environ.get("AGENTQUEUE_DEBUG"):
+            raise
+        fail(f"unexpected {type(exc).__name__}: {exc}")
+
+
+def emit_json(value: Any) -> None:
+    """Print one JSON document."""
+    click.echo(json.dumps(value, indent=2, ensure_ascii=False, default=str))
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """Print rows under headers, columns padded to fit."""
+    cells = [[("" if v is None else str(v)) for v in row] for row in rows]
+    widths = [len(h) for h in headers]
+    for row in cells:
+        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
+    line = "  ".join(h.upper().ljust(w) for h, w in zip(headers, widths, strict=True))
+    click.echo(line.rstrip())
+    for row in cells:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+
+
+def _ago(when: datetime | None) -> str:
+    if when is None:
+        return ""
+    return when.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _short(text: str, width: int = 48) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def task_rows(tasks: Sequence[Task]) -> None:
+    """The task table of ``list`` and ``dlq list``."""
+    table(
+        ["id", "state", "pri", "type", "tenant", "retries", "title", "created"],
+        [
+            [
+                t.id,
+                t.state.value,
+                priority_name(t.priority),
+                t.task_type,
+                t.tenant,
+                f"{t.retry_count}/{t.max_retries}",
+                _short(t.title),
+                _ago(t.created_at),
+            ]
+            for t in tasks
+        ],
+    )
+
+
+def show_task(task: Task) -> None:
+    """One task, field by field."""
+    data = task.to_json()
+    data["priority"] = f"{task.priority} ({priority_name(task.priority)})"
+    width = max(len(k) for k in data)
+    for key, value in data.items():
+        if value in (None, [], {}):
+            continue
+        shown = json.dumps(value, ensure_ascii=False) if isinstance(value, dict | list) else value
+        click.echo(f"{key.ljust(width)}  {shown}")
+
+
+def event_rows(events: Sequence[Event]) -> None:
+    """The event table of ``events``."""
+    table(
+        ["seq", "at", "change", "action", "actor", "reason"],
+        [
+            [
+                e.seq,
+                _ago(e.at),
+                f"{e.from_state.value if e.from_state else '(new)'} -> {e.to_state.value}",
+                e.action,
+                e.actor,
+                _short(e.reason, 60),
+            ]
+            for e in events
+        ],
+    )
+
+
+# --- input parsing --------------------------------------------------------------------------
+
+
+def read_json_arg(value: str, field: str) -> Any:
+    """JSON text, or ``@path`` (``@-`` for stdin) holding JSON."""
+    text = value
+    if value.startswith("@"):
+        path = value[1:]
+        try:
+            text = sys.stdin.read() if path == "-" else Path(path).read_text()
+        except OSError as exc:
+            raise InvalidInput(f"cannot read {path}: {exc.strerror}", field) from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidInput(f"not valid JSON ({exc.msg} at line {exc.lineno})", field) from None
+
+
+_RELATIVE = re.compile(r"^\+(\d+(?:\.\d+)?)([smhd])$")
+
+
+def parse_when(value: str, field: str) -> datetime:
+    """An ISO 8601 time (UTC if no offset) or ``+30s``/``+5m``/``+2h``/``+1d`` from now."""
+    match = _RELATIVE.match(value.strip())
+    if match:
+        amount, unit = float(match.group(1)), match.group(2)
+        seconds = amount * {"s": 1, "m": 60, "h": 3600, "d": 86400}[unit]
+        return datetime.now(UTC) + timedelta(seconds=seconds)
+    try:
+        when = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise InvalidInput(
+            "must be an ISO 8601 time (2026-05-01T09:00:00Z) or +30s/+5m/+2h/+1d", field
+        ) from None
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
+
+
+def read_task_file(value: str) -> list[Any]:
+    """Tasks from a JSON object, a JSON array, or JSON lines; ``-`` reads stdin."""
+    try:
+        text = sys.stdin.read() if value == "-" else Path(value).read_text()
+    except OSError as exc:
+        raise InvalidInput(f"cannot read {value}: {exc.strerror}", "file") from None
+    stripped = text.strip()
+    if not stripped:
+        raise InvalidInput("holds no tasks", "file")
+    try:
+        parsed = json.loads(stripped)
+        return parsed if isinstance(parsed, list) else [parsed]
+    except json.JSONDecodeError:
+        pass
+    items = []
+    for number, line in enumerate(stripped.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            items.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise InvalidInput(f"line {number} is not valid JSON ({exc.msg})", "file") from None
+    return items
+
+
+def task_id_arg(value: str) -> Any:
+    """Parse an ID argument (bad ids are bad input, exit 2)."""
+    return parse_task_id(value, "id")
+
+
+# --- commands -------------------------------------------------------------------------------
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option(
+    "--db",
+    envvar="AGENTQUEUE_DB",
+    default=DEFAULT_URL,
+    show_default=True,
+    help="Database URL: sqlite:///file.db or postgresql://... (env AGENTQUEUE_DB).",
+)
+@click.option(
+    "--config",
+    envvar="AGENTQUEUE_CONFIG",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="TOML configuration file (env AGENTQUEUE_CONFIG).",
+)
+@click.option(
+    "--actor",
+    default=_default_actor,
+    help="Who is acting, for the audit log (env AGENTQUEUE_ACTOR; default: your user name).",
+)
+@click.version_option(__version__, prog_name="agentqueue")
+@click.pass_context
+def main(ctx: click.Context, db: str, config: str | None, actor: str) -> None:
+    """agentqueue: a durable task queue and scheduler for AI-agent work."""
+    ctx.obj = {"db": db, "config": config, "actor": actor}
+
+
+@main.command()
+@click.pass_context
+def migrate(ctx: click.Context) -> None:
+    """Bring the database schema up to date."""
+
+    async def go(q: AsyncQueue) -> tuple[list[int], int]:
+        applied = await q.migrate()
+        return applied, await q.store.schema_version()
+
+    applied, version = run(ctx, go)
+    if applied:
+        click.echo(
+            f"applied migrations {', '.join(map(str, applied))}; schema at version {version}"
+        )
+    else:
+        click.echo(f"schema already at version {version}")
+
+
+@main.command()
+@click.option("--title", help="What to do, in a line.")
+@click.option("--type", "task_type", help="Task type: bugfix, feature, review, test, docs, ...")
+@click.option("--priority", help="0-9 (0 highest) or P0/P1/P2. Default 5.")
+@click.option("--payload", help="JSON context for the agent, or @file.json (@- for stdin).")
+@click.option("--tenant", help="Owner of the task.")
+@click.option("--source", help="issue, pr, api, cron, manual or mail. Default api.")
+@click.option("--source-id", help="Id at the source, e.g. octo/repo#12 (dedup key).")
+@click.option("--assignee", help="Agent that should do it.")
+@click.option("--depends-on", multiple=True, help="Task id that must complete first (repeatable).")
+@click.option("--idempotency-key", help="Same key, same task (required for P0).")
+@click.option("--callback-url", help="POSTed the result when the task ends.")
+@click.option("--timeout", help="Seconds per attempt (default by task type).")
+@click.option("--max-retries", help="Automatic retries (default 3; at most 3 for P0).")
+@click.option("--run-after", help="Not before: ISO 8601 time or +30s/+5m/+2h/+1d.")
+@click.option("--requested-by", help="Who asked for it (default: --actor).")
+@click.option(
+    "--file",
+    "task_file",
+    help="Submit many: a JSON object, array or JSON lines of task fields (- for stdin).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the task(s) as JSON.")
+@click.pass_context
+def submit(ctx: click.Context, /, task_file: str | None, as_json: bool, **flags: Any) -> None:
+    """Submit a task (or many with --file). Prints the task, or the live one it matched."""
+    fields = _submit_fields(flags)
+    if task_file is not None:
+        try:
+            items = read_task_file(task_file)
+        except InvalidInput as exc:
+            fail(str(exc), EXIT_BAD_INPUT)
+        if not all(isinstance(item, dict) for item in items):
+            fail("file: every task must be a JSON object of task fields", EXIT_BAD_INPUT)
+        items = [{**fields, **item} for item in items]
+        results = run(ctx, lambda q: q.submit_many(items))
+        if as_json:
+            emit_json([r.to_json() for r in results])
+        else:
+            created = sum(r.created for r in results)
+            click.echo(f"{created} created, {len(results) - created} matched existing tasks")
+        return
+    for required in ("title", "task_type"):
+        if required not in fields:
+            flag = "--type" if required == "task_type" else "--title"
+            fail(f"{required}: required (give {flag})", EXIT_BAD_INPUT)
+    result = run(ctx, lambda q: q.submit(fields))
+    if as_json:
+        emit_json(result.to_json())
+    elif result.created:
+        click.echo(
+            f"created {result.task.id} ({result.task.state.value}, "
+            f"priority {priority_name(result.task.priority)})"
+        )
+    else:
+        click.echo(
+            f"exists {result.task.id} ({result.task.state.value}; "
+            f"same {result.matched_by.replace('_', ' ') if result.matched_by else 'key'})"
+        )
+
+
+def _submit_fields(flags: dict[str, Any]) -> dict[str, Any]:
+    """Turn submit's flags into task fields; only the flags given."""
+    try:
+        fields: dict[str, Any] = {}
+        for name in (
+            "title",
+            "task_type",
+            "priority",
+            "tenant",
+            "source",
+            "source_id",
+            "assignee",
+            "idempotency_key",
+            "callback_url",
+            "requested_by",
+        ):
+            if flags.get(name) is not None:
+                fields[name] = flags[name]
+        if flags.get("payload") is not None:
+            fields["payload"] = read_json_arg(flags["payload"], "payload")
+        if flags.get("depends_on"):
+            fields["depends_on"] = [
+                str(parse_task_id(d, "depends_on")) for d in flags["depends_on"]
+            ]
+        for flag, field in (("timeout", "timeout_secs"), ("max_retries", "max_retries")):
+            if flags.get(flag) is not None:
+                try:
+                    fields[field] = int(flags[flag])
+                except ValueError:
+                    raise InvalidInput(
+                        f"must be a whole number, got {flags[flag]!r}", field
+                    ) from None
+        if flags.get("run_after") is not None:
+            fields["run_after"] = parse_when(flags["run_after"], "run_after")
+        return fields
+    except InvalidInput as exc:
+        fail(str(exc), EXIT_BAD_INPUT)
+
+
+@main.command("list")
+@click.option(
+    "--state", multiple=True, type=click.Choice(STATES), help="Only this state (repeatable)."
+)
+@click.option("--type", "task_type", multiple=True, help="Only this task type (repeatable).")
+@click.option("--tenant", help="Only this tenant.")
+@click.option("--source", multiple=True, help="Only this source (repeatable).")
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 1000))
+@click.option("--cursor", help="Continue from a previous page's next_cursor.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
+@click.pass_context
+def list_cmd(
+    ctx: click.Context,
+    state: tuple[str, ...],
+    task_type: tuple[str, ...],
+    tenant: str | None,
+    source: tuple[str, ...],
+    limit: int,
+    cursor: str | None,
+    as_json: bool,
+) -> None:
+    """List tasks, newest first."""
+    page = run(
+        ctx,
+        lambda q: q.list(
+            state=state or None,
+            task_type=task_type or None,
+            source=source or None,
+            tenant=tenant,
+            limit=limit,
+            cursor=cursor,
+        ),
+    )
+    if as_json:
+        emit_json([t.to_json() for t in page.items])
+        return
+    task_rows(page.items)
+    if page.next_cursor:
+        click.echo(f"more: --cursor {page.next_cursor}")
+
+
+@main.command()
+@click.argument("task_id", metavar="ID")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.pass_context
+def show(ctx: click.Context, task_id: str, as_json: bool) -> None:
+    """Show one task."""
+    tid = _id(task_id)
+    task = run(ctx, lambda q: q.get(tid))
+    if as_json:
+        emit_json(task.to_json())
+    else:
+        show_task(task)
+
+
+@main.command()
+@click.argument("task_id", metavar="ID")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array of events.")
+@click.pass_context
+def events(ctx: click.Context, task_id: str, as_json: bool) -> None:
+    """Show a task's audit events."""
+    tid = _id(task_id)
+    found = run(ctx, lambda q: q.events(tid))
+    if as_json:
+        emit_json([e.to_json() for e in found])
+    else:
+        event_rows(found)
+
+
+def _id(value: str) -> Any:
+    try:
+        return parse_task_id(value, "id")
+    except InvalidInput as exc:
+        fail(str(exc), EXIT_BAD_INPUT)
+
+
+def _person_action(name: str, verb: str) -> Callable[..., None]:
+    @click.argument("task_id", metavar="ID")
+    @click.option("--reason", default="", help="Why, for the audit log.")
+    @click.option("--json", "as_json", is_flag=True, help="Print the task as JSON.")
+    @click.pass_context
+    def command(ctx: click.Context, task_id: str, reason: str, as_json: bool) -> None:
+        tid = _id(task_id)
+        actor = ctx.find_root().obj["actor"]
+        task = run(ctx, lambda q: getattr(q, name)(tid, actor=actor, reason=reason))
+        if as_json:
+            emit_json(task.to_json())
+        else:
+            click.echo(f"{verb} {task.id} (now {task.state.value})")
+
+    return command
+
+
+main.command("cancel", help="Cancel a task that has not ended.")(
+    _person_action("cancel", "cancelled")
+)
+
+
+@main.group()
+def dlq() -> None:
+    """The dead-letter queue: list, review, requeue, archive."""
+
+
+@dlq.command("list")
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 1000))
+@click.option("--cursor", help="Continue from a previous page's next_cursor.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
+@click.pass_context
+def dlq_list(ctx: click.Context, limit: int, cursor: str | None, as_json: bool) -> None:
+    """Tasks in dead_letter or manual_review."""
+    page = run(ctx, lambda q: q.dead_letters(limit=limit, cursor=cursor))
+    if as_json:
+        emit_json([t.to_json() for t in page.items])
+        return
+    task_rows(page.items)
+    if page.next_cursor:
+        click.echo(f"more: --cursor {page.next_cursor}")
+
+
+dlq.command("review", help="Take a dead letter into manual review.")(
+    _person_action("review", "taken for review:")
+)
+dlq.command("requeue", help="Put a dead letter back in the queue (retry count reset).")(
+    _person_action("requeue", "requeued")
+)
+dlq.command("archive", help="Discard a dead letter for good.")(
+    _person_action("archive", "archived")
+)
+
+
+@main.command()
+@click.option("--tenant", help="Only this tenant.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
+@click.pass_context
+def stats(ctx: click.Context, tenant: str | None, as_json: bool) -> None:
+    """Task counts by state."""
+
+    result = run(ctx, lambda q: q.stats(), tenant=tenant)
+    if as_json:
+        emit_json(result.to_json())
+        return
+    table(["state", "tasks"], [[s.value, n] for s, n in result.by_state.items()])
+    click.echo(f"total  {result.total}")
+
+
+@main.command()
+@click.pass_context
+def verify(ctx: click.Context) -> None:
+    """Check every task's audit chain; exit 1 naming the first bad event."""
+    report = run(ctx, lambda q: q.verify())
+    if report.ok:
+        click.echo(f"ok: {report.tasks} tasks, {report.events} events, every chain holds")
+        return
+    click.echo(f"BROKEN: {report.breaks[0]}", err=True)
+    for extra in report.breaks[1:10]:
+        click.echo(f"  also: {extra}", err=True)
+    click.echo(f"{len(report.breaks)} broken chain(s) in {report.tasks} tasks", err=True)
+    sys.exit(EXIT_ERROR)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
