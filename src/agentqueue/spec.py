@@ -20,7 +20,6 @@ from pydantic import (
     ValidationError,
     ValidationInfo,
     field_validator,
-    model_validator,
 )
 
 from .domain.audit import canonical_json
@@ -61,7 +60,9 @@ class TaskSpec(BaseModel):
     source_id: str | None = Field(default=None, min_length=1, max_length=128)
     assignee: str | None = None
     depends_on: tuple[UUID, ...] = ()
-    idempotency_key: str | None = Field(default=None, min_length=1, max_length=200)
+    idempotency_key: str | None = Field(
+        default=None, min_length=1, max_length=200, validate_default=True
+    )
     callback_url: str | None = Field(default=None, max_length=512)
     timeout_secs: int | None = Field(default=None, ge=1, le=7 * 24 * 3600)
     max_retries: int = Field(default=DEFAULT_MAX_RETRIES, ge=0, le=100)
@@ -129,7 +130,7 @@ class TaskSpec(BaseModel):
     @field_validator("callback_url")
     @classmethod
     def _callback_url(cls, value: str | None) -> str | None:
-        if value is not None and not re.match(r"^https?://[^\s/]+", value):
+        if value is not None and not re.fullmatch(r"https?://[^\s/]+(/\S*)?", value):
             raise ValueError("must be an http:// or https:// URL")
         return value
 
@@ -140,19 +141,22 @@ class TaskSpec(BaseModel):
             return value.replace(tzinfo=UTC)
         return value
 
-    @model_validator(mode="after")
-    def _p0_rules(self) -> TaskSpec:
-        if self.priority == 0:
-            if not self.idempotency_key:
-                raise ValueError(
-                    "idempotency_key: required for P0 tasks, so an irreversible action "
-                    "is never done twice"
-                )
-            if self.max_retries > P0_MAX_RETRIES:
-                raise ValueError(
-                    f"max_retries: a P0 task allows at most {P0_MAX_RETRIES} automatic retries"
-                )
-        return self
+    # The P0 rules are field validators, not a model validator, so each is reported on its own
+    # field and alongside every other bad field (a model validator runs only when all fields
+    # are valid, and stops at its first complaint). ``priority`` is validated before both.
+    @field_validator("idempotency_key")
+    @classmethod
+    def _idempotency_key(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if info.data.get("priority") == 0 and not value:
+            raise ValueError("required for P0 tasks, so an irreversible action is never done twice")
+        return value
+
+    @field_validator("max_retries")
+    @classmethod
+    def _max_retries(cls, value: int, info: ValidationInfo) -> int:
+        if info.data.get("priority") == 0 and value > P0_MAX_RETRIES:
+            raise ValueError(f"a P0 task allows at most {P0_MAX_RETRIES} automatic retries")
+        return value
 
 
 def parse_specs(

@@ -35,10 +35,9 @@ def parse_priority(value: object, field: str = "priority") -> int:
         text = value.strip()
         if text.upper() in NAMES:
             return NAMES[text.upper()]
-        try:
-            number = int(text)
-        except ValueError:
-            raise InvalidInput(f"must be 0-9 or P0/P1/P2, got {value!r}", field) from None
+        if not (text.isascii() and text.lstrip("-").isdigit()):
+            raise InvalidInput(f"must be 0-9 or P0/P1/P2, got {value!r}", field)
+        number = int(text)
     else:
         raise InvalidInput(f"must be 0-9 or P0/P1/P2, got {value!r}", field)
     if not MIN_PRIORITY <= number <= MAX_PRIORITY:

@@ -451,7 +451,13 @@ def _requeue(task: Task, request: Request) -> Transition | Refusal:
         task,
         request,
         TaskState.QUEUED,
-        {"retry_count": 0, "run_after": None, "error": None, "state_reason": None},
+        {
+            "retry_count": 0,
+            "run_after": None,
+            "error": None,
+            "state_reason": None,
+            "eligible_at": request.now,
+        },
         data={"previous_retry_count": task.retry_count},
     )
 
