@@ -29,7 +29,7 @@ def _with_dbname(url: str, name: str) -> str:
 @pytest.fixture(scope="session")
 def pg_database(worker_id: str) -> Iterator[str]:
     """A fresh, migrated PostgreSQL database for this pytest worker."""
-    name = f"aq_test_{worker_id}".replace("-", "_")
+    name = f"aq_test_{worker_id}_{os.getpid()}".replace("-", "_")
     try:
         admin = psycopg.connect(PG_SERVER, autocommit=True, connect_timeout=10)
     except psycopg.OperationalError as exc:

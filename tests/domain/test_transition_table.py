@@ -145,7 +145,11 @@ RECIPES: dict[tuple[TaskState | None, TaskState], list[tuple[str, Recipe]]] = {
     (S.MANUAL_REVIEW, S.ARCHIVED): [
         ("archive", lambda: (make_task(S.MANUAL_REVIEW), _req(Action.ARCHIVE)))
     ],
-    **{(state, S.CANCELLED): [("cancel", _cancel_from(state))] for state in LIVE_STATES},
+    **{
+        (state, S.CANCELLED): [("cancel", _cancel_from(state))]
+        for state in TaskState
+        if state in LIVE_STATES
+    },
 }
 CASES = [
     pytest.param(edge, recipe, id=f"{edge[0]}->{edge[1]} by {label}")

@@ -115,13 +115,16 @@ def check_chain(
     head_seq: int | None,
     head_hash: str | None,
     tenant: str | None = None,
+    head_state: str | None = None,
 ) -> ChainBreak | None:
     """Check one task's events (in seq order) against each other and the head on the task row.
 
     ``head_seq``/``head_hash`` are None when the task row itself is gone; then the chain is only
-    checked internally.
+    checked internally. ``head_state``, the state on the task row, must be where the last event
+    left the task, so a row edited around a truncated chain is caught too.
     """
     prev = GENESIS
+    last_to: str | None = None
     expected_seq = 1
     for event in events:
         if event.seq != expected_seq:
@@ -132,6 +135,7 @@ def check_chain(
         if event.expected_hash(prev) != event.hash:
             return ChainBreak(task_id, event.seq, "hash does not match its contents")
         prev = event.hash
+        last_to = event.to_state
         expected_seq += 1
     last = expected_seq - 1
     if head_seq is not None and last != head_seq:
@@ -140,6 +144,10 @@ def check_chain(
         return ChainBreak(task_id, head_seq + 1, "not recorded on the task")
     if head_hash is not None and last > 0 and prev != head_hash:
         return ChainBreak(task_id, last, "hash differs from the one recorded on the task")
+    if head_state is not None and last_to is not None and last_to != head_state:
+        return ChainBreak(
+            task_id, last, f"leaves the task {last_to}, but the task row says {head_state}"
+        )
     return None
 
 

@@ -72,7 +72,7 @@ TRANSITIONS: Mapping[tuple[TaskState | None, TaskState], str] = {
     (S.MANUAL_REVIEW, S.QUEUED): "requeued by a person",
     (S.DEAD_LETTER, S.ARCHIVED): "confirmed discarded",
     (S.MANUAL_REVIEW, S.ARCHIVED): "confirmed discarded",
-    **{(s, S.CANCELLED): "cancelled by a person or the API" for s in LIVE_STATES},
+    **{(s, S.CANCELLED): "cancelled by a person or the API" for s in S if s in LIVE_STATES},
 }
 """Every allowed change (SPEC section 2). Anything else is refused."""
 

@@ -44,7 +44,9 @@ async def verify(rt: Runtime, max_breaks: int = 100) -> VerifyReport:
             if event is None or (head is not None and head.task_id < event.task_id):
                 assert head is not None
                 tasks += 1
-                found = check_chain(head.task_id, [], head.event_seq, head.last_hash)
+                found = check_chain(
+                    head.task_id, [], head.event_seq, head.last_hash, head.tenant, head.state
+                )
                 head = await _next(snap.heads)
             else:
                 task_id = event.task_id
@@ -55,7 +57,9 @@ async def verify(rt: Runtime, max_breaks: int = 100) -> VerifyReport:
                 events += len(group)
                 if head is not None and head.task_id == task_id:
                     tasks += 1
-                    found = check_chain(task_id, group, head.event_seq, head.last_hash, head.tenant)
+                    found = check_chain(
+                        task_id, group, head.event_seq, head.last_hash, head.tenant, head.state
+                    )
                     head = await _next(snap.heads)
                 else:
                     found = check_chain(task_id, group, None, None) or ChainBreak(

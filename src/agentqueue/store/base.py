@@ -71,6 +71,7 @@ class TaskHead:
     tenant: str
     event_seq: int
     last_hash: str
+    state: str
 
 
 @dataclass(frozen=True)
@@ -144,9 +145,9 @@ class Store(Protocol):
         """A write transaction: commits on success, rolls back on error."""
         ...
 
-    async def insert_tasks(self, new: Sequence[NewTask]) -> set[UUID]:
+    async def insert_tasks(self, new: Sequence[NewTask]) -> dict[UUID, int]:
         """Insert tasks with their creation events, skipping any that violate a uniqueness
-        rule (dedup or idempotency); return the ids inserted."""
+        rule (dedup or idempotency); return the ids inserted with the ``seq`` each was given."""
         ...
 
     async def find_existing(self, keys: Sequence[DedupKey]) -> list[Task]:

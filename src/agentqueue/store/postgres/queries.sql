@@ -24,7 +24,7 @@ WITH v AS (
         last_hash
     FROM v ORDER BY ord
     ON CONFLICT DO NOTHING
-    RETURNING id
+    RETURNING id, seq
 ), ev AS (
     INSERT INTO aq_events (task_id, seq, tenant, at, from_state, to_state, action, actor,
         reason, data, hash)
@@ -35,7 +35,7 @@ WITH v AS (
     ) AS e(task_id, seq, tenant, at, from_state, to_state, action, actor, reason, data, hash)
     WHERE e.task_id IN (SELECT id FROM ins)
 )
-SELECT id FROM ins
+SELECT id, seq FROM ins
 
 -- name: apply
 WITH v AS (
@@ -186,7 +186,7 @@ WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
 GROUP BY state
 
 -- name: task_heads
-SELECT id, tenant, event_seq, last_hash FROM aq_tasks ORDER BY id
+SELECT id, tenant, event_seq, last_hash, state FROM aq_tasks ORDER BY id
 
 -- name: all_events
 SELECT task_id, seq, tenant, at, from_state, to_state, action, actor, reason, data::text AS data,

@@ -122,7 +122,11 @@ class PostgresStore:
     async def applied_versions(self) -> set[int]:
         """Versions recorded in aq_schema_version."""
         async with self._pool.connection() as conn:
-            await conn.execute(Q["create_version_table"])
+            # CREATE TABLE IF NOT EXISTS is not safe against a concurrent creator (both pass the
+            # check, one fails on pg_type): create it under the migration lock.
+            async with conn.transaction():
+                await conn.execute(Q["migration_lock"])
+                await conn.execute(Q["create_version_table"])
             cur = await conn.execute(Q["applied_versions"])
             return {row["version"] for row in await cur.fetchall()}
 
@@ -152,15 +156,15 @@ class PostgresStore:
         async with self._pool.connection() as conn, conn.transaction():
             yield PostgresTx(conn)
 
-    async def insert_tasks(self, new: Sequence[NewTask]) -> set[UUID]:
+    async def insert_tasks(self, new: Sequence[NewTask]) -> dict[UUID, int]:
         """Bulk insert with ON CONFLICT DO NOTHING; creation events only for inserted rows."""
         if not new:
-            return set()
+            return {}
         params: dict[str, Any] = new_task_columns(new, CODEC)
         params.update(event_columns([n.event for n in new], CODEC))
         async with self._pool.connection() as conn:
             cur = await conn.execute(Q["insert_tasks"], params, prepare=True)
-            return {row["id"] for row in await cur.fetchall()}
+            return {row["id"]: row["seq"] for row in await cur.fetchall()}
 
     async def heartbeat(self, leases: Sequence[Lease], now: datetime, ttl_secs: float) -> set[UUID]:
         """Extend the leases whose token still holds."""
@@ -249,7 +253,11 @@ class PostgresStore:
                     async def heads() -> AsyncIterator[TaskHead]:
                         async for row in heads_cur:
                             yield TaskHead(
-                                row["id"], row["tenant"], row["event_seq"], row["last_hash"]
+                                row["id"],
+                                row["tenant"],
+                                row["event_seq"],
+                                row["last_hash"],
+                                row["state"],
                             )
 
                     async def events() -> AsyncIterator[StoredEvent]:

@@ -18,7 +18,7 @@ FROM json_each(:rows) AS r
 WHERE true
 ORDER BY r.key
 ON CONFLICT DO NOTHING
-RETURNING id
+RETURNING id, seq
 
 -- name: insert_events
 INSERT INTO aq_events (task_id, seq, tenant, at, from_state, to_state, action, actor, reason,
@@ -156,7 +156,7 @@ WHERE (:tenant IS NULL OR tenant = :tenant)
 GROUP BY state
 
 -- name: task_heads
-SELECT id, tenant, event_seq, last_hash FROM aq_tasks ORDER BY id
+SELECT id, tenant, event_seq, last_hash, state FROM aq_tasks ORDER BY id
 
 -- name: all_events
 SELECT * FROM aq_events ORDER BY task_id, seq

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -100,20 +101,38 @@ class _Conn:
         conn = sqlite3.connect(
             self._path, isolation_level=None, check_same_thread=False, timeout=self._busy / 1000
         )
-        conn.row_factory = sqlite3.Row
-        conn.execute(f"PRAGMA busy_timeout = {int(self._busy)}")
-        conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute(f"PRAGMA synchronous = {self._sync}")
+        try:
+            conn.row_factory = sqlite3.Row
+            conn.execute(f"PRAGMA busy_timeout = {int(self._busy)}")
+            self._enter_wal(conn)
+            conn.execute(f"PRAGMA synchronous = {self._sync}")
+        except BaseException:
+            conn.close()
+            raise
         self.conn = conn
+
+    def _enter_wal(self, conn: sqlite3.Connection) -> None:
+        # Turning a new file to WAL takes an exclusive lock, and while another process opens the
+        # same new file SQLite answers "database is locked" at once, without the busy handler:
+        # wait for it here, up to the busy timeout.
+        deadline = time.monotonic() + self._busy / 1000
+        while True:
+            try:
+                conn.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.005)
 
     async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         loop = asyncio.get_running_loop()
 
         def call() -> T:
-            if self.conn is None:
-                self._open()
-            assert self.conn is not None
             try:
+                if self.conn is None:
+                    self._open()
+                assert self.conn is not None
                 return fn(self.conn)
             except sqlite3.OperationalError as exc:
                 raise StoreError(f"SQLite: {exc}") from exc
@@ -271,17 +290,17 @@ class SQLiteStore:
                 raise
             await self._writer.run(lambda c: c.execute("COMMIT"))
 
-    async def insert_tasks(self, new: Sequence[NewTask]) -> set[UUID]:
+    async def insert_tasks(self, new: Sequence[NewTask]) -> dict[UUID, int]:
         """Insert what does not conflict, with creation events, in one transaction."""
         if not new:
-            return set()
+            return {}
         rows = _dump(rows_of(new_task_columns(new, CODEC)))
         events = _dump(rows_of(event_columns([n.event for n in new], CODEC)))
 
-        def run(c: sqlite3.Connection) -> set[UUID]:
-            written = [row[0] for row in c.execute(Q["insert_tasks"], {"rows": rows}).fetchall()]
-            c.execute(Q["insert_events"], {"rows": events, "written": _dump(written)})
-            return {UUID(i) for i in written}
+        def run(c: sqlite3.Connection) -> dict[UUID, int]:
+            written = {row[0]: row[1] for row in c.execute(Q["insert_tasks"], {"rows": rows})}
+            c.execute(Q["insert_events"], {"rows": events, "written": _dump(list(written))})
+            return {UUID(i): seq for i, seq in written.items()}
 
         async with self.transaction():
             return await self._writer.run(run)
@@ -376,7 +395,11 @@ class SQLiteStore:
             async def heads() -> AsyncIterator[TaskHead]:
                 async for row in rows(heads_cur):
                     yield TaskHead(
-                        UUID(row["id"]), row["tenant"], row["event_seq"], row["last_hash"]
+                        UUID(row["id"]),
+                        row["tenant"],
+                        row["event_seq"],
+                        row["last_hash"],
+                        row["state"],
                     )
 
             async def events() -> AsyncIterator[StoredEvent]:
