@@ -25,6 +25,7 @@ from .domain.priority import priority_name
 from .domain.states import TaskState
 from .ids import parse_task_id
 from .queue import AsyncQueue
+from .service.reads import TaskPage
 from .store import DEFAULT_URL
 
 T = TypeVar("T")
@@ -120,6 +121,16 @@ def task_rows(tasks: Sequence[Task]) -> None:
             for t in tasks
         ],
     )
+
+
+def print_page(page: TaskPage, as_json: bool) -> None:
+    """A page of tasks as a JSON array, or a table with the cursor of the next page."""
+    if as_json:
+        emit_json([t.to_json() for t in page.items])
+        return
+    task_rows(page.items)
+    if page.next_cursor:
+        click.echo(f"more: --cursor {page.next_cursor}")
 
 
 def show_task(task: Task) -> None:
@@ -399,12 +410,7 @@ def list_cmd(
             cursor=cursor,
         ),
     )
-    if as_json:
-        emit_json([t.to_json() for t in page.items])
-        return
-    task_rows(page.items)
-    if page.next_cursor:
-        click.echo(f"more: --cursor {page.next_cursor}")
+    print_page(page, as_json)
 
 
 @main.command()
@@ -477,12 +483,7 @@ def dlq() -> None:
 def dlq_list(ctx: click.Context, limit: int, cursor: str | None, as_json: bool) -> None:
     """Tasks in dead_letter or manual_review."""
     page = run(ctx, lambda q: q.dead_letters(limit=limit, cursor=cursor))
-    if as_json:
-        emit_json([t.to_json() for t in page.items])
-        return
-    task_rows(page.items)
-    if page.next_cursor:
-        click.echo(f"more: --cursor {page.next_cursor}")
+    print_page(page, as_json)
 
 
 dlq.command("review", help="Take a dead letter into manual review.")(

@@ -10,13 +10,19 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 from uuid import UUID
 
-from ..domain.audit import data_text
+from ..domain.audit import StoredEvent, data_text
 from ..domain.models import Event, Task
 from ..domain.states import TaskState
-from .base import Change, NewTask
+from .base import Change, NewTask, TaskHead
+
+
+class Row(Protocol):
+    """A result row read by column name (a dict, or a sqlite3.Row)."""
+
+    def __getitem__(self, key: str) -> Any: ...
 
 
 def _same(value: Any) -> Any:
@@ -119,7 +125,7 @@ def rows_of(columns: Mapping[str, list[Any]]) -> list[dict[str, Any]]:
     return [dict(zip(names, values, strict=True)) for values in zip(*columns.values(), strict=True)]
 
 
-def task_from_row(row: Mapping[str, Any], codec: Codec) -> Task:
+def task_from_row(row: Row, codec: Codec) -> Task:
     """A Task from a row of aq_tasks."""
     time_in = codec.time_in
     return Task(
@@ -163,7 +169,35 @@ def task_from_row(row: Mapping[str, Any], codec: Codec) -> Task:
     )
 
 
-def event_from_row(row: Mapping[str, Any], codec: Codec) -> Event:
+def stored_event_from_row(row: Row, codec: Codec) -> StoredEvent:
+    """An event exactly as stored (``data`` as text), for verification."""
+    return StoredEvent(
+        task_id=codec.uuid_in(row["task_id"]),  # type: ignore[arg-type]
+        tenant=row["tenant"],
+        seq=row["seq"],
+        at=codec.time_in(row["at"]),  # type: ignore[arg-type]
+        from_state=row["from_state"],
+        to_state=row["to_state"],
+        action=row["action"],
+        actor=row["actor"],
+        reason=row["reason"],
+        data_text=row["data"],
+        hash=row["hash"],
+    )
+
+
+def task_head_from_row(row: Row, codec: Codec) -> TaskHead:
+    """The audit head recorded on a task row."""
+    return TaskHead(
+        codec.uuid_in(row["id"]),  # type: ignore[arg-type]
+        row["tenant"],
+        row["event_seq"],
+        row["last_hash"],
+        row["state"],
+    )
+
+
+def event_from_row(row: Row, codec: Codec) -> Event:
     """An Event from a row of aq_events (``data`` as stored text)."""
     return Event(
         task_id=codec.uuid_in(row["task_id"]),  # type: ignore[arg-type]

@@ -18,7 +18,14 @@ from ...domain.models import Event, Task
 from ...domain.states import TaskState
 from ..base import AuditSnapshot, Change, DedupKey, Lease, NewTask, TaskFilter, TaskHead
 from ..migrate import Migration, latest_version, run_migrations
-from ..rows import Codec, change_columns, event_columns, event_from_row, new_task_columns
+from ..rows import (
+    Codec,
+    change_columns,
+    event_columns,
+    event_from_row,
+    new_task_columns,
+    stored_event_from_row,
+)
 from ..rows import task_from_row as _task_from_row
 from ..sqlfile import load_queries
 
@@ -262,7 +269,7 @@ class PostgresStore:
 
                     async def events() -> AsyncIterator[StoredEvent]:
                         async for row in events_cur:
-                            yield _stored_event(row)
+                            yield stored_event_from_row(row, CODEC)
 
                     yield AuditSnapshot(heads(), events())
                     await heads_cur.close()
@@ -276,22 +283,6 @@ class PostgresStore:
         """Run one statement as is (for tests that simulate tampering)."""
         async with self._pool.connection() as conn:
             await conn.execute(sql.encode() if params is None else sql, params)
-
-
-def _stored_event(row: dict[str, Any]) -> StoredEvent:
-    return StoredEvent(
-        task_id=row["task_id"],
-        tenant=row["tenant"],
-        seq=row["seq"],
-        at=row["at"],
-        from_state=row["from_state"],
-        to_state=row["to_state"],
-        action=row["action"],
-        actor=row["actor"],
-        reason=row["reason"],
-        data_text=row["data"],
-        hash=row["hash"],
-    )
 
 
 def _redact(message: str) -> str:

@@ -32,7 +32,9 @@ from ..rows import (
     event_from_row,
     new_task_columns,
     rows_of,
+    stored_event_from_row,
     task_from_row,
+    task_head_from_row,
 )
 from ..sqlfile import load_queries
 
@@ -394,29 +396,11 @@ class SQLiteStore:
 
             async def heads() -> AsyncIterator[TaskHead]:
                 async for row in rows(heads_cur):
-                    yield TaskHead(
-                        UUID(row["id"]),
-                        row["tenant"],
-                        row["event_seq"],
-                        row["last_hash"],
-                        row["state"],
-                    )
+                    yield task_head_from_row(row, CODEC)
 
             async def events() -> AsyncIterator[StoredEvent]:
                 async for row in rows(events_cur):
-                    yield StoredEvent(
-                        task_id=UUID(row["task_id"]),
-                        tenant=row["tenant"],
-                        seq=row["seq"],
-                        at=from_micros(row["at"]),  # type: ignore[arg-type]
-                        from_state=row["from_state"],
-                        to_state=row["to_state"],
-                        action=row["action"],
-                        actor=row["actor"],
-                        reason=row["reason"],
-                        data_text=row["data"],
-                        hash=row["hash"],
-                    )
+                    yield stored_event_from_row(row, CODEC)
 
             yield AuditSnapshot(heads(), events())
         finally:
