@@ -13,6 +13,7 @@ from .domain.errors import (
 )
 from .domain.models import Event, Task
 from .domain.states import TaskState
+from .executors.inprocess import Fatal, Retryable, TaskContext
 from .queue import AsyncQueue, Queue
 from .service.execution import HeartbeatReply, Outcome, OutcomeKind
 from .service.reads import Stats, TaskPage
@@ -28,6 +29,7 @@ __all__ = [
     "Clock",
     "ConfigError",
     "Event",
+    "Fatal",
     "HeartbeatReply",
     "InvalidInput",
     "Lease",
@@ -37,12 +39,14 @@ __all__ = [
     "Outcome",
     "OutcomeKind",
     "Queue",
+    "Retryable",
     "Settings",
     "Stats",
     "StoreError",
     "SubmitResult",
     "SystemClock",
     "Task",
+    "TaskContext",
     "TaskPage",
     "TaskSpec",
     "TaskState",

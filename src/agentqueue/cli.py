@@ -48,13 +48,18 @@ def fail(message: str, code: int = EXIT_ERROR) -> NoReturn:
 
 
 def run(
-    ctx: click.Context, action: Callable[[AsyncQueue], Awaitable[T]], tenant: str | None = None
+    ctx: click.Context,
+    action: Callable[[AsyncQueue], Awaitable[T]],
+    tenant: str | None = None,
+    db: str | None = None,
 ) -> T:
     """Open the queue named by the global options, run ``action``, close, map errors."""
     opts = ctx.find_root().obj
 
     async def go() -> T:
-        queue = AsyncQueue(opts["db"], config=opts["config"], actor=opts["actor"], tenant=tenant)
+        queue = AsyncQueue(
+            db or opts["db"], config=opts["config"], actor=opts["actor"], tenant=tenant
+        )
         try:
             return await action(queue)
         finally:
@@ -510,6 +515,163 @@ def stats(ctx: click.Context, tenant: str | None, as_json: bool) -> None:
         return
     table(["state", "tasks"], [[s.value, n] for s, n in result.by_state.items()])
     click.echo(f"total  {result.total}")
+
+
+@main.command()
+@click.argument("task_id", metavar="ID")
+@click.option("--stream", type=click.Choice(["stdout", "stderr", "log"]), help="Only this stream.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array of log records.")
+@click.pass_context
+def logs(ctx: click.Context, task_id: str, stream: str | None, as_json: bool) -> None:
+    """Show the captured output of a task's attempts."""
+    tid = _id(task_id)
+    records = [r for r in run(ctx, lambda q: q.logs(tid)) if stream is None or r.stream == stream]
+    if as_json:
+        emit_json([r.to_json() for r in records])
+        return
+    for record in records:
+        mark = " (truncated)" if record.truncated else ""
+        click.echo(f"--- attempt {record.attempt} {record.stream}{mark} ---")
+        click.echo(record.text.rstrip("\n"))
+
+
+def _load_app(spec: str) -> Any:
+    """``module:attribute`` naming a Queue or AsyncQueue with registered handlers."""
+    import importlib
+
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise InvalidInput("must look like module:attribute", "app")
+    sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise InvalidInput(f"cannot import {module_name}: {exc}", "app") from None
+    try:
+        app = getattr(module, attribute)
+    except AttributeError:
+        raise InvalidInput(f"{module_name} has no attribute {attribute!r}", "app") from None
+    if not hasattr(app, "handlers"):
+        raise InvalidInput(f"{spec} is not a Queue or AsyncQueue", "app")
+    return app
+
+
+def _run_worker(
+    ctx: click.Context,
+    *,
+    concurrency: int | None,
+    task_types: tuple[str, ...],
+    agents: tuple[str, ...],
+    worker_id: str | None,
+    app: str | None,
+    scheduler: bool,
+    grace: float | None,
+    until_idle: bool,
+) -> None:
+    import logging
+    import signal
+
+    from .domain.states import TaskState
+
+    logging.basicConfig(
+        level=os.environ.get("AGENTQUEUE_LOG_LEVEL", "INFO").upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    opts = ctx.find_root().obj
+    types = [t.strip() for item in task_types for t in item.split(",") if t.strip()]
+    try:
+        source = _load_app(app) if app else None
+    except InvalidInput as exc:
+        fail(str(exc), EXIT_BAD_INPUT)
+    db = opts["db"]
+    db_given = ctx.find_root().get_parameter_source("db") not in (
+        click.core.ParameterSource.DEFAULT,
+        None,
+    )
+    if source is not None and not db_given:
+        db = source.url
+
+    async def go(queue: AsyncQueue) -> None:
+        if source is not None:
+            queue.handlers.update(source.handlers)
+        worker = queue.worker(
+            concurrency=concurrency,
+            task_types=types or None,
+            agents=list(agents) or None,
+            worker_id=worker_id,
+            run_scheduler=scheduler,
+            grace_secs=grace,
+        )
+        loop = asyncio.get_running_loop()
+        interrupts = 0
+
+        def on_signal() -> None:
+            nonlocal interrupts
+            interrupts += 1
+            worker.stop(grace_secs=0 if interrupts > 1 else None)
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, on_signal)
+        watcher = asyncio.create_task(_stop_when_idle(queue, worker)) if until_idle else None
+        try:
+            await worker.run()
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+
+    async def _stop_when_idle(queue: AsyncQueue, worker: Any) -> None:
+        busy = (TaskState.PENDING, TaskState.QUEUED, TaskState.EXECUTING, TaskState.RETRYING)
+        quiet = 0
+        await worker.started.wait()
+        while True:
+            await asyncio.sleep(0.5)
+            counts = (await queue.stats()).by_state
+            quiet = quiet + 1 if sum(counts[s] for s in busy) == 0 else 0
+            if quiet >= 2:
+                worker.stop()
+                return
+
+    async def with_queue(q: AsyncQueue) -> None:
+        await go(q)
+
+    run(ctx, with_queue, db=db)
+
+
+def _worker_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    options = [
+        click.option("--concurrency", type=click.IntRange(1, 10_000), help="Slots in all."),
+        click.option(
+            "--task-types", multiple=True, help="Only these task types (comma list, repeatable)."
+        ),
+        click.option("--agent", "agents", multiple=True, help="Only this agent (repeatable)."),
+        click.option("--id", "worker_id", help="Worker id in the audit log (default host-pid)."),
+        click.option("--app", help="module:attribute of a Queue whose handlers to run."),
+        click.option(
+            "--scheduler/--no-scheduler", default=True, help="Run the scheduler steps too."
+        ),
+        click.option("--grace", type=float, help="Seconds running tasks get at shutdown."),
+        click.option("--until-idle", is_flag=True, help="Exit once no work is left."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+@main.command()
+@_worker_options
+@click.pass_context
+def worker(ctx: click.Context, /, **options: Any) -> None:
+    """Run a worker: claim tasks and run them with handlers and agents until SIGTERM."""
+    _run_worker(ctx, **options)
+
+
+@main.command()
+@_worker_options
+@click.pass_context
+def serve(ctx: click.Context, /, **options: Any) -> None:
+    """Run the scheduler and a worker in one process (the embedded deployment)."""
+    options["scheduler"] = True
+    _run_worker(ctx, **options)
 
 
 @main.command()

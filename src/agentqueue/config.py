@@ -9,11 +9,12 @@ Environment beats file; file beats defaults. Unknown keys are errors naming the 
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from .domain.errors import ConfigError, FieldProblem
@@ -56,6 +57,50 @@ class TaskTypeSettings(_Section):
     timeout_secs: int | None = Field(default=None, ge=1, le=7 * 86_400)
 
 
+class AgentSettings(_Section):
+    """A command agent (R16): a command line run as a sandboxed subprocess per attempt.
+
+    The task arrives as JSON on stdin and in the file named by ``AGENTQUEUE_TASK_FILE``; the result
+    is the JSON on the last line of stdout or in ``result.json`` in the working directory. The
+    exit code decides the outcome: ``success_exit_codes`` complete, ``retryable_exit_codes`` retry,
+    anything else fails.
+    """
+
+    command: list[str] = Field(min_length=1)
+    task_types: list[str] = Field(min_length=1)
+    max_concurrent: int = Field(default=1, ge=1, le=10_000)
+    env: list[str] = Field(default_factory=list)
+    timeout_secs: int | None = Field(default=None, ge=1, le=7 * 86_400)
+    cpu_secs: int | None = Field(default=None, ge=1)
+    memory_mb: int | None = Field(default=None, ge=16)
+    open_files: int = Field(default=256, ge=16, le=1_048_576)
+    max_output_bytes: int = Field(default=1024 * 1024, ge=1024, le=256 * 1024 * 1024)
+    success_exit_codes: list[int] = Field(default_factory=lambda: [0])
+    retryable_exit_codes: list[int] = Field(default_factory=lambda: [75])
+    kill_grace_secs: float = Field(default=5.0, ge=0, le=600)
+    workdir: str | None = None
+    keep_workdir: bool = False
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, names: list[str]) -> list[str]:
+        for name in names:
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+                raise ValueError(f"{name!r} is not an environment variable name")
+        return names
+
+
+class WorkerSettings(_Section):
+    """How workers run."""
+
+    concurrency: int = Field(default=10, ge=1, le=10_000)
+    heartbeat_secs: float | None = Field(default=None, gt=0, le=600)
+    grace_secs: float = Field(default=30.0, ge=0, le=3600)
+    cancel_grace_secs: float = Field(default=0.5, ge=0, le=60)
+    poll_secs: float = Field(default=1.0, gt=0, le=60)
+    workdir: str | None = None
+
+
 class Settings(BaseSettings):
     """Everything configurable. Build with :func:`load_settings`."""
 
@@ -70,6 +115,8 @@ class Settings(BaseSettings):
     queue: QueueSettings = Field(default_factory=QueueSettings)
     retry: RetrySettings = Field(default_factory=RetrySettings)
     task_types: dict[str, TaskTypeSettings] = Field(default_factory=dict)
+    worker: WorkerSettings = Field(default_factory=WorkerSettings)
+    agents: dict[str, AgentSettings] = Field(default_factory=dict)
 
     @classmethod
     def settings_customise_sources(

@@ -21,8 +21,9 @@ from uuid import UUID
 from .clock import Clock, SystemClock
 from .config import Settings, load_settings
 from .domain.errors import InvalidInput
-from .domain.models import Event, Task
+from .domain.models import Event, LogRecord, Task
 from .domain.states import Action, Refusal, TaskState
+from .executors.inprocess import Handler
 from .ids import parse_task_id
 from .service import actions, audit, execution, maintenance, reads, submit
 from .service.audit import VerifyReport
@@ -33,9 +34,12 @@ from .service.runtime import Runtime
 from .service.submit import SubmitResult
 from .spec import TaskSpec
 from .store import DEFAULT_URL, Lease, Store, make_store
+from .worker.assemble import build_executors
+from .worker.runner import Worker, WorkerOptions, default_worker_id
 
 P = ParamSpec("P")
 R = TypeVar("R")
+H = TypeVar("H", bound=Callable[..., Any])
 
 LeaseLike = Lease | Task | tuple[UUID | str, UUID | str]
 
@@ -102,11 +106,17 @@ class AsyncQueue:
         )
         self._opened = False
         self._open_lock: asyncio.Lock | None = None
+        self.handlers: dict[str, Handler] = {}
 
     @property
     def settings(self) -> Settings:
         """The settings in force."""
         return self._rt.settings
+
+    @property
+    def clock(self) -> Clock:
+        """The clock in use."""
+        return self._rt.clock
 
     @property
     def store(self) -> Store:
@@ -253,10 +263,15 @@ class AsyncQueue:
         return await execution.heartbeat(await self._ready(), [_lease(x) for x in leases])
 
     async def finish(
-        self, outcomes: Sequence[Outcome], *, actor: str | None = None
+        self,
+        outcomes: Sequence[Outcome],
+        *,
+        actor: str | None = None,
+        logs: Sequence[LogRecord] = (),
     ) -> dict[UUID, Task | Refusal]:
-        """Record many attempt outcomes in one transaction; refusals are returned, not raised."""
-        return await execution.finish(await self._ready(), outcomes, actor or self.actor)
+        """Record many attempt outcomes (and attempts' captured output) in one transaction;
+        refusals are returned, not raised."""
+        return await execution.finish(await self._ready(), outcomes, actor or self.actor, logs)
 
     async def complete(
         self, task_id: UUID | str, lock_token: UUID | str, result: Any = None
@@ -305,6 +320,103 @@ class AsyncQueue:
     async def tick(self) -> TickReport:
         """One scheduler pass: reclaim, promote retries, admit."""
         return await maintenance.tick(await self._ready())
+
+    async def logs(self, task_id: UUID | str) -> list[LogRecord]:
+        """Captured output of a task's attempts (agent stdout/stderr, handler log lines)."""
+        task = await self.get(task_id)
+        return await self._rt.store.logs(task.id, self.tenant)
+
+    # --- workers ----------------------------------------------------------------------------
+
+    def handler(self, task_type: str) -> Callable[[H], H]:
+        """Register the decorated function as the handler of ``task_type``.
+
+        ``async def`` handlers run on the worker's event loop, plain functions in a thread
+        pool. Either takes ``(task, ctx)``; see :class:`agentqueue.TaskContext`.
+        """
+        if not task_type or not isinstance(task_type, str):
+            raise InvalidInput("must name a task type", "task_type")
+
+        def register(fn: H) -> H:
+            if task_type in self.handlers and self.handlers[task_type] is not fn:
+                raise InvalidInput(
+                    f"a handler for {task_type!r} is already registered", "task_type"
+                )
+            self.handlers[task_type] = fn
+            return fn
+
+        return register
+
+    def worker(
+        self,
+        *,
+        concurrency: int | None = None,
+        task_types: Sequence[str] | None = None,
+        agents: Sequence[str] | None = None,
+        worker_id: str | None = None,
+        run_scheduler: bool = True,
+        grace_secs: float | None = None,
+    ) -> Worker:
+        """A worker for this queue's handlers and configured agents (see ``run_worker``)."""
+        conf = self.settings.worker
+        options = WorkerOptions(
+            worker_id=worker_id or default_worker_id(),
+            concurrency=concurrency or conf.concurrency,
+            run_scheduler=run_scheduler,
+            grace_secs=conf.grace_secs if grace_secs is None else grace_secs,
+            heartbeat_secs=conf.heartbeat_secs,
+            poll_secs=conf.poll_secs,
+            cancel_grace_secs=conf.cancel_grace_secs,
+        )
+        holder: list[Worker] = []
+        executors = build_executors(
+            self.settings,
+            self.handlers,
+            concurrency=options.concurrency,
+            task_types=task_types,
+            agents=agents,
+            request_heartbeat=lambda task_id: holder[0].request_heartbeat(task_id),
+        )
+        holder.append(Worker(self, executors, options))
+        return holder[0]
+
+    async def run_worker(
+        self,
+        *,
+        concurrency: int | None = None,
+        task_types: Sequence[str] | None = None,
+        agents: Sequence[str] | None = None,
+        worker_id: str | None = None,
+        run_scheduler: bool = True,
+        grace_secs: float | None = None,
+        stop: asyncio.Event | None = None,
+    ) -> None:
+        """Run a worker until ``stop`` is set (or the task running this is cancelled), then stop
+        gracefully: running tasks get the grace period, the rest go back to the queue."""
+        worker = self.worker(
+            concurrency=concurrency,
+            task_types=task_types,
+            agents=agents,
+            worker_id=worker_id,
+            run_scheduler=run_scheduler,
+            grace_secs=grace_secs,
+        )
+
+        async def watch() -> None:
+            if stop is not None:
+                await stop.wait()
+                worker.stop()
+
+        watcher = asyncio.create_task(watch())
+        runner = asyncio.create_task(worker.run())
+        try:
+            await asyncio.shield(runner)
+        except asyncio.CancelledError:
+            worker.stop()
+            await runner
+            raise
+        finally:
+            watcher.cancel()
 
     # --- audit ------------------------------------------------------------------------------
 
@@ -401,6 +513,42 @@ class Queue:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @property
+    def handlers(self) -> dict[str, Handler]:
+        """Registered handlers by task type."""
+        return self._async.handlers
+
+    def handler(self, task_type: str) -> Callable[[H], H]:
+        """Register the decorated function as the handler of ``task_type``."""
+        return self._async.handler(task_type)
+
+    def run_worker(self, **options: Any) -> None:
+        """Run a worker (see AsyncQueue.run_worker) until Ctrl-C, SIGTERM, or ``stop_worker``."""
+        stop = threading.Event()
+        self._worker_stop = stop
+
+        async def go() -> None:
+            event = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            threading.Thread(
+                target=lambda: (stop.wait(), loop.call_soon_threadsafe(event.set)), daemon=True
+            ).start()
+            await self._async.run_worker(stop=event, **options)
+
+        future = asyncio.run_coroutine_threadsafe(go(), self._loop.loop)
+        while True:
+            try:
+                future.result()
+                return
+            except KeyboardInterrupt:
+                stop.set()
+
+    def stop_worker(self) -> None:
+        """Ask a worker started with run_worker (in another thread) to stop gracefully."""
+        stop = getattr(self, "_worker_stop", None)
+        if stop is not None:
+            stop.set()
+
     open = _facade(AsyncQueue.open)
     migrate = _facade(AsyncQueue.migrate)
     submit = _facade(AsyncQueue.submit)
@@ -424,4 +572,5 @@ class Queue:
     promote_due_retries = _facade(AsyncQueue.promote_due_retries)
     tick = _facade(AsyncQueue.tick)
     verify = _facade(AsyncQueue.verify)
+    logs = _facade(AsyncQueue.logs)
     list = _facade(AsyncQueue.list)

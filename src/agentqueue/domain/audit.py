@@ -21,7 +21,9 @@ GENESIS = "0" * 64
 
 def canonical_json(value: Any) -> str:
     """The one text form of a JSON value that hashes are taken over (sorted keys, no spaces)."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
 
 
 def canonical_time(at: datetime) -> str:

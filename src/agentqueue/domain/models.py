@@ -155,5 +155,29 @@ class Event:
         }
 
 
+@dataclass(frozen=True)
+class LogRecord:
+    """Output captured from one attempt of a task: agent stdout/stderr or handler log lines."""
+
+    task_id: UUID
+    tenant: str
+    attempt: int
+    stream: str
+    at: datetime
+    text: str
+    truncated: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as a JSON object."""
+        return {
+            "task_id": str(self.task_id),
+            "attempt": self.attempt,
+            "stream": self.stream,
+            "at": _iso(self.at),
+            "text": self.text,
+            "truncated": self.truncated,
+        }
+
+
 def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value is not None else None

@@ -13,7 +13,7 @@ from typing import Any
 from uuid import UUID
 
 from ..domain.errors import InvalidInput
-from ..domain.models import Task
+from ..domain.models import LogRecord, Task
 from ..domain.states import Action, Refusal, RefusalKind, Request, TaskState
 from ..ids import new_lock_token
 from ..store import Lease
@@ -104,10 +104,14 @@ class Outcome:
 
 
 async def finish(
-    rt: Runtime, outcomes: Sequence[Outcome], actor: str
+    rt: Runtime, outcomes: Sequence[Outcome], actor: str, logs: Sequence[LogRecord] = ()
 ) -> dict[UUID, Task | Refusal]:
-    """Record many outcomes in one transaction; each task gets its new image or a refusal."""
+    """Record many outcomes, and the captured output of attempts, in one transaction; each
+    task gets its new image or a refusal."""
     if not outcomes:
+        if logs:
+            async with rt.store.transaction() as tx:
+                await tx.insert_logs(logs)
         return {}
     by_id = {o.task_id: o for o in outcomes}
     if len(by_id) != len(outcomes):
@@ -133,6 +137,9 @@ async def finish(
             )
 
         written, refusals = await decide_and_apply(tx, tasks, request)
+        # Output belongs to the attempt whatever became of the outcome, so it is kept even when
+        # the outcome was refused (a lease lost just before the report).
+        await tx.insert_logs(logs)
     out: dict[UUID, Task | Refusal] = {t.id: t for t in written}
     out.update(refusals)
     for task_id in by_id:

@@ -9,8 +9,9 @@ from uuid import UUID
 from ..domain.audit import GENESIS, data_text, event_hash
 from ..domain.errors import Conflict
 from ..domain.models import Event, Task
-from ..domain.states import Refusal, Request, Transition, creation, decide
+from ..domain.states import Action, Refusal, Request, TaskState, Transition, creation, decide
 from ..store import Change, NewTask, Tx
+from ..store.base import CHANNEL_PENDING, CHANNEL_QUEUED, CHANNEL_REVOKED
 
 
 def _event(task: Task, transition: Transition, seq: int, prev_hash: str) -> Event:
@@ -81,4 +82,26 @@ async def decide_and_apply(
     if len(written) != len(changes):
         lost = [str(c.task.id) for c in changes if c.task.id not in written]
         raise Conflict(f"tasks changed underneath a locked write: {', '.join(lost)}")
+    await announce(tx, changes)
     return [c.task for c in changes], refusals
+
+
+REVOKING = frozenset({Action.CANCEL, Action.LEASE_EXPIRED})
+IDS_PER_NOTICE = 200  # NOTIFY payloads stop at 8,000 bytes
+
+
+async def announce(tx: Tx, changes: Sequence[Change]) -> None:
+    """At most one notice per channel per batch: work became pending or queued, or the leases of
+    executing tasks were revoked (their executors must stop them)."""
+    states = {c.task.state for c in changes}
+    if TaskState.PENDING in states:
+        await tx.notify(CHANNEL_PENDING)
+    if TaskState.QUEUED in states:
+        await tx.notify(CHANNEL_QUEUED)
+    revoked = [
+        str(c.task.id)
+        for c in changes
+        if c.expected_state is TaskState.EXECUTING and c.event.action in REVOKING
+    ]
+    for start in range(0, len(revoked), IDS_PER_NOTICE):
+        await tx.notify(CHANNEL_REVOKED, ",".join(revoked[start : start + IDS_PER_NOTICE]))

@@ -15,7 +15,7 @@ from typing import Protocol
 from uuid import UUID
 
 from ..domain.audit import StoredEvent
-from ..domain.models import Event, Task
+from ..domain.models import Event, LogRecord, Task
 from ..domain.states import TaskState
 
 
@@ -90,6 +90,21 @@ class AuditSnapshot:
     events: AsyncIterator[StoredEvent]
 
 
+@dataclass(frozen=True)
+class Notice:
+    """A wake-up: ``channel`` says what changed (see CHANNELS), ``payload`` details it."""
+
+    channel: str
+    payload: str = ""
+
+
+CHANNEL_PENDING = "aq_pending"  # tasks became pending: the scheduler may admit them
+CHANNEL_QUEUED = "aq_queued"  # tasks became queued: workers may claim them
+CHANNEL_REVOKED = "aq_revoked"  # leases were revoked (cancel, takeback); payload: task ids
+CHANNEL_CHANGED = "aq_changed"  # something changed (stores without push notifications)
+CHANNELS = (CHANNEL_PENDING, CHANNEL_QUEUED, CHANNEL_REVOKED)
+
+
 class Tx(Protocol):
     """Operations inside one write transaction. Reads here lock what they return."""
 
@@ -119,11 +134,22 @@ class Tx(Protocol):
         """Write each change whose guard holds, with its event; return the ids written."""
         ...
 
+    async def insert_logs(self, records: Sequence[LogRecord]) -> None:
+        """Keep captured output with its task."""
+        ...
+
+    async def notify(self, channel: str, payload: str = "") -> None:
+        """Wake listeners when this transaction commits (a no-op without push notifications)."""
+        ...
+
 
 class Store(Protocol):
     """A durable home for tasks and their audit events."""
 
     dialect: str
+    push_notifications: bool
+    """True when listeners hear each notify (PostgreSQL); else they only hear that something
+    changed, and anything that must reach a worker travels in heartbeat replies (SQLite)."""
 
     async def open(self, *, migrate: bool = True) -> None:
         """Connect, and (unless told not to) migrate the schema if it is behind."""
@@ -173,6 +199,19 @@ class Store(Protocol):
 
     async def heartbeat(self, leases: Sequence[Lease], now: datetime, ttl_secs: float) -> set[UUID]:
         """Extend the leases that still hold; return their task ids."""
+        ...
+
+    async def logs(self, task_id: UUID, tenant: str | None = None) -> list[LogRecord]:
+        """Captured output of a task, oldest first."""
+        ...
+
+    async def notify(self, channel: str, payload: str = "") -> None:
+        """Wake listeners now (outside any transaction)."""
+        ...
+
+    def listen(self, channels: Sequence[str]) -> AbstractAsyncContextManager[AsyncIterator[Notice]]:
+        """Notices on ``channels`` while the context is open. Without push notifications, a
+        ``CHANNEL_CHANGED`` notice whenever another connection commits."""
         ...
 
     def audit_snapshot(self) -> AbstractAsyncContextManager[AuditSnapshot]:

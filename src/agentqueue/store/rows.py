@@ -14,7 +14,7 @@ from typing import Any, Protocol
 from uuid import UUID
 
 from ..domain.audit import StoredEvent, data_text
-from ..domain.models import Event, Task
+from ..domain.models import Event, LogRecord, Task
 from ..domain.states import TaskState
 from .base import Change, NewTask, TaskHead
 
@@ -117,6 +117,32 @@ def event_columns(events: Sequence[Event], codec: Codec) -> dict[str, list[Any]]
         "e_data": [data_text(e.data) for e in events],
         "e_hash": [e.hash for e in events],
     }
+
+
+def log_columns(records: Sequence[LogRecord], codec: Codec) -> dict[str, list[Any]]:
+    """One list per aq_task_logs column."""
+    return {
+        "task_id": [codec.uuid_out(r.task_id) for r in records],
+        "tenant": [r.tenant for r in records],
+        "attempt": [r.attempt for r in records],
+        "stream": [r.stream for r in records],
+        "at": [codec.time_out(r.at) for r in records],
+        "text": [r.text for r in records],
+        "truncated": [r.truncated for r in records],
+    }
+
+
+def log_from_row(row: Row, codec: Codec) -> LogRecord:
+    """A LogRecord from a row of aq_task_logs."""
+    return LogRecord(
+        task_id=codec.uuid_in(row["task_id"]),  # type: ignore[arg-type]
+        tenant=row["tenant"],
+        attempt=row["attempt"],
+        stream=row["stream"],
+        at=codec.time_in(row["at"]),  # type: ignore[arg-type]
+        text=row["text"],
+        truncated=bool(row["truncated"]),
+    )
 
 
 def rows_of(columns: Mapping[str, list[Any]]) -> list[dict[str, Any]]:

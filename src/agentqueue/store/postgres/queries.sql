@@ -209,3 +209,21 @@ ON CONFLICT DO NOTHING
 
 -- name: migration_lock
 SELECT pg_advisory_xact_lock(418387158644)  -- "agent" in hex
+
+-- name: notify
+SELECT pg_notify(%(channel)s, %(payload)s)
+
+-- name: insert_logs
+INSERT INTO aq_task_logs (task_id, tenant, attempt, stream, at, text, truncated)
+SELECT * FROM unnest(
+    %(task_id)s::uuid[], %(tenant)s::text[], %(attempt)s::integer[], %(stream)s::text[],
+    %(at)s::timestamptz[], %(text)s::text[], %(truncated)s::boolean[]
+)
+
+-- name: logs
+SELECT task_id, tenant, attempt, stream, at, text, truncated FROM aq_task_logs
+WHERE task_id = %(task_id)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
+ORDER BY id
+
+-- name: listen
+LISTEN {channel}

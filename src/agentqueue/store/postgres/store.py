@@ -9,20 +9,23 @@ from typing import Any
 from uuid import UUID
 
 import psycopg
+from psycopg import sql
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from ...domain.audit import StoredEvent
 from ...domain.errors import StoreError
-from ...domain.models import Event, Task
+from ...domain.models import Event, LogRecord, Task
 from ...domain.states import TaskState
-from ..base import AuditSnapshot, Change, DedupKey, Lease, NewTask, TaskFilter, TaskHead
+from ..base import AuditSnapshot, Change, DedupKey, Lease, NewTask, Notice, TaskFilter, TaskHead
 from ..migrate import Migration, latest_version, run_migrations
 from ..rows import (
     Codec,
     change_columns,
     event_columns,
     event_from_row,
+    log_columns,
+    log_from_row,
     new_task_columns,
     stored_event_from_row,
 )
@@ -78,6 +81,15 @@ class PostgresTx:
         """Retrying tasks whose backoff elapsed."""
         return await self._tasks("lock_due_retries", {"limit": limit, "now": now})
 
+    async def insert_logs(self, records: Sequence[LogRecord]) -> None:
+        """Bulk insert of captured output."""
+        if records:
+            await self._conn.execute(Q["insert_logs"], log_columns(records, CODEC), prepare=True)
+
+    async def notify(self, channel: str, payload: str = "") -> None:
+        """NOTIFY, delivered when the transaction commits."""
+        await self._conn.execute(Q["notify"], {"channel": channel, "payload": payload})
+
     async def apply(self, changes: Sequence[Change]) -> set[UUID]:
         """Guarded bulk update plus bulk event insert, in one statement."""
         if not changes:
@@ -92,6 +104,7 @@ class PostgresStore:
     """Tasks and events in PostgreSQL, shared by any number of processes and machines."""
 
     dialect = "postgres"
+    push_notifications = True
 
     def __init__(self, url: str, *, min_size: int = 1, max_size: int = 10) -> None:
         self._url = url
@@ -238,6 +251,36 @@ class PostgresStore:
         async with self._pool.connection() as conn:
             cur = await conn.execute(Q["events"], {"task_id": task_id, "tenant": tenant})
             return [event_from_row(row, CODEC) for row in await cur.fetchall()]
+
+    async def logs(self, task_id: UUID, tenant: str | None = None) -> list[LogRecord]:
+        """Captured output of one task."""
+        async with self._pool.connection() as conn:
+            cur = await conn.execute(Q["logs"], {"task_id": task_id, "tenant": tenant})
+            return [log_from_row(row, CODEC) for row in await cur.fetchall()]
+
+    async def notify(self, channel: str, payload: str = "") -> None:
+        """NOTIFY now."""
+        async with self._pool.connection() as conn:
+            await conn.execute(Q["notify"], {"channel": channel, "payload": payload})
+
+    @asynccontextmanager
+    async def listen(self, channels: Sequence[str]) -> AsyncIterator[AsyncIterator[Notice]]:
+        """LISTEN on a connection of its own, outside the pool, for as long as the context."""
+        try:
+            conn = await psycopg.AsyncConnection.connect(self._url, autocommit=True)
+        except psycopg.OperationalError as exc:
+            raise StoreError(f"cannot reach PostgreSQL: {_redact(str(exc))}") from None
+        try:
+            for channel in channels:
+                await conn.execute(sql.SQL(Q["listen"]).format(channel=sql.Identifier(channel)))
+
+            async def notices() -> AsyncIterator[Notice]:
+                async for note in conn.notifies():
+                    yield Notice(note.channel, note.payload)
+
+            yield notices()
+        finally:
+            await conn.close()
 
     async def count_by_state(self, tenant: str | None = None) -> dict[TaskState, int]:
         """Counts per state."""

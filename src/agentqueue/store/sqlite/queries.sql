@@ -173,3 +173,14 @@ SELECT version FROM aq_schema_version
 
 -- name: record_version
 INSERT INTO aq_schema_version (version, name) VALUES (:version, :name)
+
+-- name: insert_logs
+INSERT INTO aq_task_logs (task_id, tenant, attempt, stream, at, text, truncated)
+SELECT r.value ->> 'task_id', r.value ->> 'tenant', r.value ->> 'attempt',
+    r.value ->> 'stream', r.value ->> 'at', r.value ->> 'text', r.value ->> 'truncated'
+FROM json_each(:rows) AS r
+
+-- name: logs
+SELECT task_id, tenant, attempt, stream, at, text, truncated FROM aq_task_logs
+WHERE task_id = :task_id AND (:tenant IS NULL OR tenant = :tenant)
+ORDER BY id

@@ -21,15 +21,27 @@ from uuid import UUID
 
 from ...domain.audit import StoredEvent
 from ...domain.errors import InvalidInput, StoreError
-from ...domain.models import Event, Task
+from ...domain.models import Event, LogRecord, Task
 from ...domain.states import TaskState
-from ..base import AuditSnapshot, Change, DedupKey, Lease, NewTask, TaskFilter, TaskHead
+from ..base import (
+    CHANNEL_CHANGED,
+    AuditSnapshot,
+    Change,
+    DedupKey,
+    Lease,
+    NewTask,
+    Notice,
+    TaskFilter,
+    TaskHead,
+)
 from ..migrate import Migration, latest_version, run_migrations
 from ..rows import (
     Codec,
     change_columns,
     event_columns,
     event_from_row,
+    log_columns,
+    log_from_row,
     new_task_columns,
     rows_of,
     stored_event_from_row,
@@ -194,6 +206,15 @@ class SQLiteTx:
         params = {"limit": limit, "now": to_micros(now)}
         return await self._conn.run(lambda c: _tasks(c, "lock_due_retries", params))
 
+    async def insert_logs(self, records: Sequence[LogRecord]) -> None:
+        """Bulk insert of captured output."""
+        if records:
+            rows = _dump(rows_of(log_columns(records, CODEC)))
+            await self._conn.run(lambda c: c.execute(Q["insert_logs"], {"rows": rows}))
+
+    async def notify(self, channel: str, payload: str = "") -> None:
+        """Nothing to do: listeners see every commit through PRAGMA data_version."""
+
     async def apply(self, changes: Sequence[Change]) -> set[UUID]:
         """Guarded bulk update, then the events of the rows written."""
         if not changes:
@@ -213,6 +234,8 @@ class SQLiteStore:
     """Tasks and events in one SQLite file: the embedded default."""
 
     dialect = "sqlite"
+    push_notifications = False
+    listen_interval_secs = 0.02
 
     def __init__(self, url: str, *, busy_timeout_ms: int = 30_000) -> None:
         self.path, options = parse_sqlite_url(url)
@@ -368,6 +391,45 @@ class SQLiteStore:
             return [event_from_row(row, CODEC) for row in c.execute(Q["events"], params)]
 
         return await self._reader.run(run)
+
+    async def logs(self, task_id: UUID, tenant: str | None = None) -> list[LogRecord]:
+        """Captured output of one task."""
+        params = {"task_id": str(task_id), "tenant": tenant}
+
+        def run(c: sqlite3.Connection) -> list[LogRecord]:
+            return [log_from_row(row, CODEC) for row in c.execute(Q["logs"], params)]
+
+        return await self._reader.run(run)
+
+    async def notify(self, channel: str, payload: str = "") -> None:
+        """Nothing to do: listeners see every commit through PRAGMA data_version."""
+
+    @asynccontextmanager
+    async def listen(self, channels: Sequence[str]) -> AsyncIterator[AsyncIterator[Notice]]:
+        """A CHANNEL_CHANGED notice whenever another connection has committed.
+
+        ``PRAGMA data_version`` changes when any other connection commits to the file; reading it
+        takes no lock and a few microseconds, so it is read on the event loop every
+        ``listen_interval_secs``.
+        """
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+
+        def version() -> int:
+            return int(conn.execute("PRAGMA data_version").fetchone()[0])
+
+        async def notices() -> AsyncIterator[Notice]:
+            last = version()
+            while True:
+                await asyncio.sleep(self.listen_interval_secs)
+                current = version()
+                if current != last:
+                    last = current
+                    yield Notice(CHANNEL_CHANGED)
+
+        try:
+            yield notices()
+        finally:
+            conn.close()
 
     async def count_by_state(self, tenant: str | None = None) -> dict[TaskState, int]:
         """Counts per state."""

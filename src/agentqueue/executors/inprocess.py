@@ -1,0 +1,193 @@
+"""Python handlers (R16): functions registered per task_type, run in the worker's process.
+
+``async def`` handlers run on the worker's event loop; plain functions run in a thread pool. A
+handler gets its own task (with a private copy of the payload) and a :class:`TaskContext`; what it
+returns is the task's result, and what it raises is a failure: retryable for timeouts, connection
+errors and :class:`Retryable`, not retryable otherwise (raise :class:`Fatal` to say so).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import copy
+import dataclasses
+import functools
+import inspect
+import threading
+from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+from uuid import UUID
+
+from ..domain.audit import canonical_json
+from ..domain.models import Task
+from ..domain.retry import exception_is_retryable
+from .base import AttemptControl, AttemptEnd, AttemptResult, LogChunk
+
+Handler = Callable[[Task, "TaskContext"], Any]
+
+MAX_RESULT_BYTES = 1024 * 1024
+MAX_LOG_BYTES = 256 * 1024
+
+
+class Retryable(Exception):
+    """Raise from a handler to fail the attempt and have it retried (retries permitting)."""
+
+    retryable = True
+
+
+class Fatal(Exception):
+    """Raise from a handler to fail the task for good, without retries."""
+
+    retryable = False
+
+
+class TaskContext:
+    """What a running handler may use besides its task. Safe to use from any thread."""
+
+    def __init__(
+        self,
+        task: Task,
+        control: AttemptControl,
+        request_heartbeat: Callable[[], None],
+    ) -> None:
+        self.task = task
+        self.task_id: UUID = task.id
+        self.tenant = task.tenant
+        self.attempt = task.retry_count + 1
+        self.idempotency_key = task.idempotency_key
+        self._control = control
+        self._request_heartbeat = request_heartbeat
+        self._lines: list[str] = []
+        self._size = 0
+        self._truncated = False
+        self._lock = threading.Lock()
+
+    @property
+    def payload(self) -> Any:
+        """This task's own payload (a private copy)."""
+        return self.task.payload
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the attempt must stop (cancelled, lease lost, worker shutting down)."""
+        return self._control.cancel.is_set()
+
+    def heartbeat(self) -> None:
+        """Renew the lease now rather than at the next regular heartbeat."""
+        self._request_heartbeat()
+
+    def log(self, message: str) -> None:
+        """Add a line to the task's logs (``agentqueue logs ID``)."""
+        line = str(message)
+        with self._lock:
+            if self._size + len(line) + 1 > MAX_LOG_BYTES:
+                self._truncated = True
+                return
+            self._lines.append(line)
+            self._size += len(line) + 1
+
+    def logs(self) -> tuple[LogChunk, ...]:
+        """The lines logged so far."""
+        with self._lock:
+            if not self._lines and not self._truncated:
+                return ()
+            return (LogChunk("log", "\n".join(self._lines), self._truncated),)
+
+
+def _is_async(fn: Callable[..., Any]) -> bool:
+    target = fn.func if isinstance(fn, functools.partial) else fn
+    return inspect.iscoroutinefunction(target) or inspect.iscoroutinefunction(
+        getattr(target, "__call__", None)  # noqa: B004 - an async callable object
+    )
+
+
+class HandlerExecutor:
+    """Runs the registered handlers of a queue."""
+
+    name = "handlers"
+
+    def __init__(
+        self,
+        handlers: Mapping[str, Handler],
+        max_concurrent: int,
+        request_heartbeat: Callable[[UUID], None] = lambda task_id: None,
+    ) -> None:
+        self._handlers = dict(handlers)
+        self.task_types = frozenset(self._handlers)
+        self.max_concurrent = max_concurrent
+        self._request_heartbeat = request_heartbeat
+        self._pool = ThreadPoolExecutor(
+            max_workers=max(1, max_concurrent), thread_name_prefix="agentqueue-handler"
+        )
+
+    def close(self) -> None:
+        """Stop the thread pool (threads still running a handler finish in the background)."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    async def run(self, task: Task, control: AttemptControl) -> AttemptResult:
+        """Run the handler of ``task.task_type`` until it returns, raises, times out or is
+        cancelled."""
+        handler = self._handlers[task.task_type]
+        own = dataclasses.replace(task, payload=copy.deepcopy(task.payload))
+        ctx = TaskContext(own, control, lambda: self._request_heartbeat(task.id))
+        work: asyncio.Future[Any]
+        if _is_async(handler):
+            work = asyncio.ensure_future(_call_async(handler, own, ctx))
+        else:
+            loop = asyncio.get_running_loop()
+            call = functools.partial(contextvars.copy_context().run, handler, own, ctx)
+            work = loop.run_in_executor(self._pool, call)
+        cancel_wait = asyncio.ensure_future(control.cancel.wait())
+        try:
+            done, _ = await asyncio.wait(
+                {work, cancel_wait}, timeout=control.remaining(), return_when="FIRST_COMPLETED"
+            )
+        finally:
+            cancel_wait.cancel()
+        if work not in done:
+            work.cancel()  # a thread cannot be stopped; its answer is ignored
+            if control.cancel.is_set():
+                return AttemptResult(AttemptEnd.CANCELLED, error=control.cancel_reason,
+                                     logs=ctx.logs())  # fmt: skip
+            return AttemptResult(
+                AttemptEnd.TIMED_OUT,
+                error=f"attempt timed out after {task.timeout_secs}s",
+                retryable=True,
+                logs=ctx.logs(),
+            )
+        return _result_of(work, ctx)
+
+
+async def _call_async(handler: Handler, task: Task, ctx: TaskContext) -> Any:
+    outcome = handler(task, ctx)
+    if isinstance(outcome, Awaitable):
+        return await outcome
+    return outcome
+
+
+def _result_of(work: asyncio.Future[Any], ctx: TaskContext) -> AttemptResult:
+    if work.cancelled():
+        return AttemptResult(AttemptEnd.FAILED, error="the handler was cancelled", logs=ctx.logs())
+    exc = work.exception()
+    if exc is not None:
+        message = str(exc) or type(exc).__name__
+        return AttemptResult(
+            AttemptEnd.FAILED,
+            error=f"{type(exc).__name__}: {message}"[:2000],
+            retryable=exception_is_retryable(exc),
+            logs=ctx.logs(),
+        )
+    value = work.result()
+    try:
+        size = len(canonical_json(value).encode())
+    except (TypeError, ValueError) as err:
+        return AttemptResult(AttemptEnd.FAILED, error=f"result: not JSON ({err})", logs=ctx.logs())
+    if size > MAX_RESULT_BYTES:
+        return AttemptResult(
+            AttemptEnd.FAILED,
+            error=f"result: {size} bytes, over the limit of {MAX_RESULT_BYTES}",
+            logs=ctx.logs(),
+        )
+    return AttemptResult(AttemptEnd.COMPLETED, result=value, logs=ctx.logs())

@@ -1,0 +1,397 @@
+"""The worker: claims work up to its free slots, runs each task in its executor, keeps the leases
+alive, reports outcomes in batches, and stops running attempts whose lease is revoked.
+
+It waits for work by notification (LISTEN/NOTIFY on PostgreSQL; on SQLite, a cheap read of
+``PRAGMA data_version``) with a slow poll as a safety net, never by a tight loop. Unless told not
+to, it also runs the scheduler steps (take back lapsed leases, promote due retries, admit).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+from uuid import UUID
+
+from ..domain.errors import AgentQueueError, ConfigError
+from ..domain.models import LogRecord, Task
+from ..domain.states import Refusal, TaskState
+from ..executors.base import AttemptControl, AttemptEnd, AttemptResult, Executor
+from ..service.execution import Outcome, OutcomeKind
+from ..store.base import CHANNEL_PENDING, CHANNEL_QUEUED, CHANNEL_REVOKED, CHANNELS, Notice
+
+if TYPE_CHECKING:
+    from ..queue import AsyncQueue
+
+log = logging.getLogger("agentqueue.worker")
+
+SHUTDOWN = "the worker is shutting down"
+
+
+def default_worker_id() -> str:
+    """``host-pid``: unique among live workers, readable in the audit log."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+@dataclass
+class WorkerOptions:
+    """How a worker runs. ``None`` heartbeat means: every 0.5 s on stores without push
+    notifications (cancels reach the worker in the heartbeat reply), else a third of the lease."""
+
+    worker_id: str = field(default_factory=default_worker_id)
+    concurrency: int = 10
+    run_scheduler: bool = True
+    grace_secs: float = 30.0
+    heartbeat_secs: float | None = None
+    poll_secs: float = 1.0
+    cancel_grace_secs: float = 0.5
+    scheduler_min_gap_secs: float = 0.05
+
+
+@dataclass
+class _Running:
+    task: Task
+    executor: Executor
+    control: AttemptControl
+    job: asyncio.Task[None] | None = None
+
+
+def check_executors(executors: Sequence[Executor]) -> None:
+    """Each task type is served by one executor at most; raise ConfigError naming a clash."""
+    owner: dict[str, str] = {}
+    for executor in executors:
+        for task_type in executor.task_types:
+            if task_type in owner:
+                raise ConfigError(
+                    f"task type {task_type!r} is served by both {owner[task_type]} and "
+                    f"{executor.name}",
+                    "agents",
+                )
+            owner[task_type] = executor.name
+
+
+class Worker:
+    """Runs tasks from one queue through its executors until stopped."""
+
+    def __init__(
+        self, queue: AsyncQueue, executors: Sequence[Executor], options: WorkerOptions
+    ) -> None:
+        check_executors(executors)
+        if not executors:
+            raise ConfigError("nothing to run: no handlers registered and no agents", "agents")
+        self.queue = queue
+        self.executors = list(executors)
+        self.options = options
+        self.id = options.worker_id
+        self._running: dict[UUID, _Running] = {}
+        self._outcomes: list[Outcome] = []
+        self._logs: list[LogRecord] = []
+        self._wake = asyncio.Event()
+        self._flush = asyncio.Event()
+        self._flush_lock = asyncio.Lock()
+        self._beat_now = asyncio.Event()
+        self._scheduler_wake = asyncio.Event()
+        self._stopping = False
+        self._grace: float = options.grace_secs
+        self._stopped = asyncio.Event()
+        self.started = asyncio.Event()
+        self.stats = {"claimed": 0, "completed": 0, "failed": 0, "released": 0, "revoked": 0}
+
+    # --- control ------------------------------------------------------------------------------
+
+    def stop(self, grace_secs: float | None = None) -> None:
+        """Stop claiming; let running attempts finish for the grace period, then release the
+        rest back to the queue (not counted as retries)."""
+        if grace_secs is not None:
+            self._grace = grace_secs
+        self._stopping = True
+        self._wake.set()
+
+    @property
+    def running(self) -> int:
+        """Attempts in progress."""
+        return len(self._running)
+
+    def request_heartbeat(self, task_id: UUID) -> None:
+        """Heartbeat soon (a handler asked to renew its lease)."""
+        self._beat_now.set()
+
+    # --- main loop ----------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Work until :meth:`stop` is called, then shut down gracefully."""
+        store = self.queue.store
+        await self.queue.open()
+        background = [
+            asyncio.create_task(self._listen(), name="agentqueue-listen"),
+            asyncio.create_task(self._heartbeats(), name="agentqueue-heartbeat"),
+            asyncio.create_task(self._flusher(), name="agentqueue-flush"),
+        ]
+        if self.options.run_scheduler:
+            background.append(asyncio.create_task(self._scheduler(), name="agentqueue-schedule"))
+        log.info(
+            "worker %s started on %s: %s",
+            self.id,
+            store.dialect,
+            ", ".join(f"{e.name}({','.join(sorted(e.task_types))})" for e in self.executors),
+        )
+        self.started.set()
+        try:
+            while not self._stopping:
+                claimed_all = await self._fill()
+                if claimed_all:
+                    continue  # there may be more waiting
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), self.options.poll_secs)
+                self._wake.clear()
+            await self._drain()
+        finally:
+            # Holding the flush lock, no flush is under way, so cancelling cannot cut one short.
+            async with self._flush_lock:
+                await self._flush_unlocked(attempts=10)
+                for job in background:
+                    job.cancel()
+                await asyncio.gather(*background, return_exceptions=True)
+            for executor in self.executors:
+                close = getattr(executor, "close", None)
+                if close is not None:
+                    close()
+            self._stopped.set()
+            log.info("worker %s stopped: %s", self.id, self.stats)
+
+    async def _fill(self) -> bool:
+        """Claim for every executor with free slots; True if some claim was filled completely
+        (so more work may be waiting)."""
+        full = False
+        for executor in self.executors:
+            free_total = self.options.concurrency - len(self._running)
+            if free_total <= 0 or self._stopping:
+                break
+            busy = sum(1 for r in self._running.values() if r.executor is executor)
+            free = min(executor.max_concurrent - busy, free_total)
+            if free <= 0:
+                continue
+            try:
+                tasks = await self.queue.claim(free, self.id, sorted(executor.task_types))
+            except AgentQueueError as exc:
+                log.warning("claim failed, will retry: %s", exc)
+                await asyncio.sleep(min(self.options.poll_secs, 1.0))
+                return False
+            self.stats["claimed"] += len(tasks)
+            for task in tasks:
+                self._start(task, executor)
+            full = full or len(tasks) == free
+        return full
+
+    def _start(self, task: Task, executor: Executor) -> None:
+        deadline_in = float(task.timeout_secs)
+        if task.locked_at is not None:
+            elapsed = (self.queue.clock.now() - task.locked_at).total_seconds()
+            deadline_in = max(0.0, task.timeout_secs - max(0.0, elapsed))
+        control = AttemptControl(
+            deadline=time.monotonic() + deadline_in,
+            cancel_grace_secs=self.options.cancel_grace_secs,
+        )
+        running = _Running(task, executor, control)
+        self._running[task.id] = running
+        running.job = asyncio.create_task(self._attempt(running), name=f"agentqueue-{task.id}")
+
+    async def _attempt(self, running: _Running) -> None:
+        task, control = running.task, running.control
+        try:
+            try:
+                result = await running.executor.run(task, control)
+            except Exception as exc:  # an executor bug must not take the worker down
+                log.exception("executor %s failed on task %s", running.executor.name, task.id)
+                result = AttemptResult(
+                    AttemptEnd.FAILED, error=f"executor error: {type(exc).__name__}: {exc}"
+                )
+            outcome = self._outcome(task, control, result)
+            if outcome is not None:
+                self._outcomes.append(outcome)
+            # Output belongs to the attempt, reported or not (a revoked attempt reports none).
+            self._logs.extend(self._records(task, result))
+            self._flush.set()
+        finally:
+            self._running.pop(task.id, None)
+            self._wake.set()
+
+    def _records(self, task: Task, result: AttemptResult) -> tuple[LogRecord, ...]:
+        now = self.queue.clock.now()
+        attempt = task.retry_count + 1
+        return tuple(
+            LogRecord(task.id, task.tenant, attempt, chunk.stream, now, chunk.text, chunk.truncated)
+            for chunk in result.logs
+        )
+
+    def _outcome(
+        self, task: Task, control: AttemptControl, result: AttemptResult
+    ) -> Outcome | None:
+        assert task.lock_token is not None
+        if result.end is AttemptEnd.CANCELLED:
+            if control.cancel_reason == SHUTDOWN:
+                self.stats["released"] += 1
+                return Outcome(task.id, task.lock_token, OutcomeKind.RELEASED, reason=SHUTDOWN)
+            self.stats["revoked"] += 1
+            return None
+        if result.end is AttemptEnd.COMPLETED:
+            self.stats["completed"] += 1
+            return Outcome(task.id, task.lock_token, OutcomeKind.COMPLETED, result=result.result)
+        self.stats["failed"] += 1
+        return Outcome(
+            task.id,
+            task.lock_token,
+            OutcomeKind.FAILED,
+            error=result.error or "failed",
+            retryable=result.retryable or result.end is AttemptEnd.TIMED_OUT,
+        )
+
+    # --- outcomes -----------------------------------------------------------------------------
+
+    async def _flusher(self) -> None:
+        while True:
+            await self._flush.wait()
+            self._flush.clear()
+            await self._flush_all()
+
+    async def _flush_all(self) -> None:
+        async with self._flush_lock:
+            await self._flush_unlocked()
+
+    async def _flush_unlocked(self, attempts: int | None = None) -> None:
+        """Write the outcomes and logs gathered so far, one transaction per batch (outcomes that
+        arrive meanwhile make the next batch: group commit). If the store is unreachable, keep
+        them and try again; ``attempts`` bounds that at shutdown."""
+        tries = 0
+        while self._outcomes or self._logs:
+            batch, self._outcomes = self._outcomes[:500], self._outcomes[500:]
+            logs, self._logs = self._logs[:2000], self._logs[2000:]
+            try:
+                done = await self.queue.finish(batch, actor=self.id, logs=logs)
+            except AgentQueueError as exc:
+                self._outcomes[:0] = batch
+                self._logs[:0] = logs
+                tries += 1
+                if attempts is not None and tries >= attempts:
+                    log.error(
+                        "giving up on %d outcomes; their leases will lapse and the tasks will "
+                        "be retried: %s", len(self._outcomes), exc,
+                    )  # fmt: skip
+                    return
+                log.warning("could not record %d outcomes, will retry: %s", len(batch), exc)
+                await asyncio.sleep(1.0)
+                continue
+            for task_id, answer in done.items():
+                if isinstance(answer, Refusal):
+                    log.info("outcome for task %s not recorded: %s", task_id, answer.message)
+
+    # --- leases -------------------------------------------------------------------------------
+
+    def _heartbeat_interval(self) -> float:
+        if self.options.heartbeat_secs is not None:
+            return self.options.heartbeat_secs
+        if not self.queue.store.push_notifications:
+            return 0.5
+        return max(0.5, self.queue.settings.queue.lease_ttl_secs / 3)
+
+    async def _heartbeats(self) -> None:
+        interval = self._heartbeat_interval()
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._beat_now.wait(), interval)
+            self._beat_now.clear()
+            held = [r.task for r in self._running.values() if not r.control.cancel.is_set()]
+            if not held:
+                continue
+            try:
+                reply = await self.queue.heartbeat(held)
+            except AgentQueueError as exc:
+                log.warning("heartbeat failed: %s", exc)
+                continue
+            for task_id, state in reply.lost.items():
+                running = self._running.get(task_id)
+                if running is None:
+                    continue
+                reason = (
+                    "cancelled"
+                    if state is TaskState.CANCELLED
+                    else f"lease lost (the task is {state.value if state else 'gone'})"
+                )
+                log.info("stopping task %s: %s", task_id, reason)
+                running.control.stop(reason)
+
+    def _revoke(self, payload: str) -> None:
+        for text in payload.split(","):
+            try:
+                task_id = UUID(text)
+            except ValueError:
+                continue
+            running = self._running.get(task_id)
+            if running is not None:
+                log.info("stopping task %s: its lease was revoked", task_id)
+                running.control.stop("lease revoked (cancelled or taken back)")
+
+    # --- notifications ------------------------------------------------------------------------
+
+    async def _listen(self) -> None:
+        """Turn notices into wake-ups; reconnect with a pause if the listener drops."""
+        while True:
+            try:
+                async with self.queue.store.listen(CHANNELS) as notices:
+                    async for notice in notices:
+                        self._on_notice(notice)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the slow poll covers the gap
+                log.warning("listener lost (%s); reconnecting", exc)
+                await asyncio.sleep(1.0)
+
+    def _on_notice(self, notice: Notice) -> None:
+        if notice.channel == CHANNEL_REVOKED:
+            self._revoke(notice.payload)
+            return
+        if notice.channel != CHANNEL_QUEUED:
+            self._scheduler_wake.set()
+        if notice.channel != CHANNEL_PENDING:
+            self._wake.set()
+
+    # --- scheduler steps ----------------------------------------------------------------------
+
+    async def _scheduler(self) -> None:
+        """Reclaim, promote, admit: on every wake-up (at most every scheduler_min_gap_secs) and
+        at least every poll_secs."""
+        while True:
+            try:
+                report = await self.queue.tick()
+                if report.admitted:
+                    self._wake.set()
+            except AgentQueueError as exc:
+                log.warning("scheduler step failed: %s", exc)
+            await asyncio.sleep(self.options.scheduler_min_gap_secs)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._scheduler_wake.wait(), self.options.poll_secs)
+            self._scheduler_wake.clear()
+
+    # --- shutdown -----------------------------------------------------------------------------
+
+    async def _drain(self) -> None:
+        if self._running:
+            log.info(
+                "stopping: waiting up to %.1fs for %d running task(s)", self._grace,
+                len(self._running),
+            )  # fmt: skip
+        deadline = time.monotonic() + self._grace
+        while self._running and time.monotonic() < deadline:
+            jobs = [r.job for r in self._running.values() if r.job is not None]
+            await asyncio.wait(jobs, timeout=max(0.0, deadline - time.monotonic()))
+        for running in list(self._running.values()):
+            running.control.stop(SHUTDOWN)
+        jobs = [r.job for r in self._running.values() if r.job is not None]
+        if jobs:
+            await asyncio.wait(jobs)

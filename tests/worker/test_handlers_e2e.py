@@ -1,0 +1,180 @@
+"""Workers running Python handlers, as real processes, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from collections import Counter
+from pathlib import Path
+
+from worker_helpers import ended, executions, wait_for
+
+from agentqueue import AsyncQueue, TaskState
+
+S = TaskState
+
+
+def settled(counts: dict[TaskState, int], n: int) -> bool:
+    """Nothing is waiting to run or running any more."""
+    return sum(counts[s] for s in (S.PENDING, S.QUEUED, S.EXECUTING, S.RETRYING)) == 0 and (
+        sum(counts.values()) == n
+    )
+
+
+async def test_handlers_complete_fail_dead_letter_and_keep_logs(
+    live_queue: AsyncQueue, start_worker
+) -> None:
+    ok = (await live_queue.submit(title="ok", task_type="sleep", payload={"secs": 0.05})).task
+    flaky = (
+        await live_queue.submit(
+            title="flaky", task_type="fail", payload={"retryable": True}, max_retries=1
+        )
+    ).task
+    fatal = (await live_queue.submit(title="fatal", task_type="fail")).task
+    bad = (await live_queue.submit(title="bad", task_type="bad_result")).task
+    worker = start_worker("--concurrency", "4")
+    await wait_for(live_queue, lambda c: settled(c, 4), what="all four to settle")
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0, worker.output()
+
+    done = await live_queue.get(ok.id)
+    assert done.state is S.COMPLETED and done.result == {"slept": 0.05, "tenant": "default"}
+    assert [r.text for r in await live_queue.logs(ok.id)] == ["sleeping 0.05s"]
+
+    dead = await live_queue.get(flaky.id)
+    assert dead.state is S.DEAD_LETTER and dead.retry_count == 1
+    assert "Retryable: try again (2)" in (dead.error or "")
+
+    failed = await live_queue.get(fatal.id)
+    assert failed.state is S.FAILED and failed.retry_count == 0
+    assert failed.error == "Fatal: cannot be done"
+
+    refused = await live_queue.get(bad.id)
+    assert refused.state is S.FAILED and "result: not JSON" in (refused.error or "")
+    assert (await live_queue.verify()).ok
+
+
+async def test_200_tasks_from_20_tenants_each_see_only_their_own_payload(
+    live_queue: AsyncQueue, start_worker
+) -> None:
+    specs = [
+        {
+            "title": f"echo {i}",
+            "task_type": "echo",
+            "tenant": f"tenant-{i % 20}",
+            "payload": {"n": i, "secret": f"s-{i}-{i % 20}", "secs": 0.02},
+        }
+        for i in range(200)
+    ]
+    made = [r.task for r in await live_queue.submit_many(specs)]
+    start_worker("--concurrency", "50")
+    await wait_for(live_queue, lambda c: ended(c, 200), within=60, what="200 echoes")
+    by_id = {t.id: t for t in made}
+    for task_id, submitted in by_id.items():
+        task = await live_queue.get(task_id)
+        assert task.state is S.COMPLETED
+        assert task.result == {
+            "task_id": str(task_id),
+            "tenant": submitted.tenant,
+            "payload": submitted.payload,
+        }
+        # The stored payload is untouched by the handler's mutation of its copy.
+        assert task.payload == submitted.payload
+
+
+async def test_sigkill_mid_task_then_another_worker_ends_every_task_exactly_once(
+    live_queue: AsyncQueue, start_worker, record_file: Path
+) -> None:
+    made = [
+        r.task
+        for r in await live_queue.submit_many(
+            {"title": f"s{i}", "task_type": "sleep", "payload": {"secs": 1.0}} for i in range(12)
+        )
+    ]
+    first = start_worker("--concurrency", "4", "--id", "doomed")
+    await wait_for(live_queue, lambda c: c[S.COMPLETED] >= 4 and c[S.EXECUTING] >= 1,
+                   what="some done, some running")  # fmt: skip
+    first.signal(signal.SIGKILL)
+    first.wait()
+    start_worker("--concurrency", "4", "--id", "survivor")
+    await wait_for(live_queue, lambda c: ended(c, 12), within=60, what="every task to end")
+
+    reruns = 0
+    for task in made:
+        events = await live_queue.events(task.id)
+        endings = [e for e in events if e.to_state.terminal]
+        assert [e.to_state for e in endings] == [S.COMPLETED], events
+        final = await live_queue.get(task.id)
+        if final.retry_count:
+            reruns += 1
+            # The killed worker's lease was taken back by the scheduler, then it ran again.
+            assert any(e.action == "lease_expired" and e.actor == "scheduler" for e in events)
+            assert final.assigned_to is None and endings[0].actor == "survivor"
+    assert reruns >= 1
+    runs = Counter(task_id for task_id, _, what in executions(record_file) if what == "finished")
+    assert all(runs[str(t.id)] >= 1 for t in made)
+    assert (await live_queue.verify()).ok
+
+
+async def test_sigterm_completes_short_tasks_and_releases_long_ones_without_a_retry(
+    live_queue: AsyncQueue, start_worker
+) -> None:
+    short = [
+        (await live_queue.submit(title=f"short{i}", task_type="sleep", payload={"secs": 0.5})).task
+        for i in range(3)
+    ]
+    long = [
+        (await live_queue.submit(title=f"long{i}", task_type="sleep", payload={"secs": 60})).task
+        for i in range(3)
+    ]
+    worker = start_worker("--concurrency", "6", "--grace", "2")
+    await wait_for(live_queue, lambda c: c[S.EXECUTING] == 6, what="all six running")
+    worker.signal(signal.SIGTERM)
+    started = time.monotonic()
+    assert worker.wait(timeout=20) == 0, worker.output()
+    assert time.monotonic() - started < 10
+    for task in short:
+        assert (await live_queue.get(task.id)).state is S.COMPLETED
+    for task in long:
+        back = await live_queue.get(task.id)
+        assert back.state is S.QUEUED and back.retry_count == 0 and back.lock_token is None
+        last = (await live_queue.events(task.id))[-1]
+        assert (last.action, last.from_state, last.to_state) == ("release", S.EXECUTING, S.QUEUED)
+    assert sum((await live_queue.stats()).by_state.values()) == 6
+
+
+async def test_cancel_reaches_a_running_handler_and_the_worker_goes_on(
+    live_queue: AsyncQueue, start_worker, record_file: Path
+) -> None:
+    task = (await live_queue.submit(title="long", task_type="sleep", payload={"secs": 60})).task
+    start_worker("--concurrency", "2")
+    await wait_for(live_queue, lambda c: c[S.EXECUTING] == 1, what="the task to run")
+    await live_queue.cancel(task.id, actor="operator", reason="wrong repo")
+    started = time.monotonic()
+    while not any(what == "cancelled" for _, _, what in executions(record_file)):
+        assert time.monotonic() - started < 2.0, "the handler was not stopped within 2 s"
+        await asyncio.sleep(0.02)
+    cancelled = await live_queue.get(task.id)
+    assert cancelled.state is S.CANCELLED and cancelled.state_reason == "wrong repo"
+    assert (await live_queue.events(task.id))[-1].actor == "operator"
+
+    after = (await live_queue.submit(title="next", task_type="sleep", payload={"secs": 0})).task
+    await wait_for(live_queue, lambda c: c[S.COMPLETED] == 1, what="the next task")
+    assert (await live_queue.get(after.id)).state is S.COMPLETED
+
+
+async def test_an_attempt_past_its_timeout_is_stopped_and_retried_then_dead_lettered(
+    live_queue: AsyncQueue, start_worker, record_file: Path
+) -> None:
+    task = (
+        await live_queue.submit(
+            title="slow", task_type="sleep", payload={"secs": 30}, timeout_secs=1, max_retries=1
+        )
+    ).task
+    start_worker()
+    await wait_for(live_queue, lambda c: c[S.DEAD_LETTER] == 1, within=30, what="dead letter")
+    dead = await live_queue.get(task.id)
+    assert dead.retry_count == 1 and "timed out after 1s" in (dead.error or "")
+    stopped = [what for _, _, what in executions(record_file)]
+    assert stopped.count("ran") == 2 and stopped.count("cancelled") == 2

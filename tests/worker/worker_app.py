@@ -1,0 +1,69 @@
+"""Handlers for the worker tests, loaded by real worker processes with --app worker_app:queue.
+
+Every execution appends "<task id> <pid>" to the file named by AQ_TEST_RECORD (if set), so tests
+can count how many times each task actually ran.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from typing import Any
+
+from agentqueue import AsyncQueue, Fatal, Retryable, Task, TaskContext
+
+queue = AsyncQueue(os.environ.get("AGENTQUEUE_DB"))
+
+
+def record(task: Task, what: str = "ran") -> None:
+    path = os.environ.get("AQ_TEST_RECORD")
+    if path:
+        with open(path, "a") as out:
+            out.write(f"{task.id} {os.getpid()} {what}\n")
+
+
+@queue.handler("sleep")
+async def sleep(task: Task, ctx: TaskContext) -> dict[str, Any]:
+    record(task)
+    ctx.log(f"sleeping {ctx.payload['secs']}s")
+    try:
+        await asyncio.sleep(float(ctx.payload["secs"]))
+    except asyncio.CancelledError:
+        record(task, "cancelled")
+        raise
+    record(task, "finished")
+    return {"slept": ctx.payload["secs"], "tenant": ctx.tenant}
+
+
+@queue.handler("sync_sleep")
+def sync_sleep(task: Task, ctx: TaskContext) -> dict[str, Any]:
+    record(task)
+    deadline = time.monotonic() + float(ctx.payload["secs"])
+    while time.monotonic() < deadline and not ctx.cancelled:
+        time.sleep(0.01)
+    record(task, "cancelled" if ctx.cancelled else "finished")
+    return {"slept": ctx.payload["secs"]}
+
+
+@queue.handler("echo")
+async def echo(task: Task, ctx: TaskContext) -> dict[str, Any]:
+    record(task)
+    await asyncio.sleep(float(ctx.payload.get("secs", 0)))
+    # Mutating the payload must not reach any other task.
+    seen = dict(ctx.payload)
+    ctx.payload["mutated_by"] = str(task.id)
+    return {"task_id": str(task.id), "tenant": ctx.tenant, "payload": seen}
+
+
+@queue.handler("fail")
+def fail(task: Task, ctx: TaskContext) -> None:
+    record(task)
+    if ctx.payload.get("retryable"):
+        raise Retryable(f"try again ({ctx.attempt})")
+    raise Fatal("cannot be done")
+
+
+@queue.handler("bad_result")
+def bad_result(task: Task, ctx: TaskContext) -> Any:
+    return {"not json": object()}
