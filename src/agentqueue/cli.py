@@ -242,9 +242,9 @@ def task_id_arg(value: str) -> Any:
 @click.option(
     "--db",
     envvar="AGENTQUEUE_DB",
-    default=DEFAULT_URL,
-    show_default=True,
-    help="Database URL: sqlite:///file.db or postgresql://... (env AGENTQUEUE_DB).",
+    default=None,
+    help=f"Database URL: sqlite:///file.db or postgresql://... (env AGENTQUEUE_DB; else db in "
+    f"the config file; else {DEFAULT_URL}).",
 )
 @click.option(
     "--config",
@@ -260,7 +260,7 @@ def task_id_arg(value: str) -> Any:
 )
 @click.version_option(__version__, prog_name="agentqueue")
 @click.pass_context
-def main(ctx: click.Context, db: str, config: str | None, actor: str) -> None:
+def main(ctx: click.Context, db: str | None, config: str | None, actor: str) -> None:
     """agentqueue: a durable task queue and scheduler for AI-agent work."""
     ctx.obj = {"db": db, "config": config, "actor": actor}
 
@@ -584,11 +584,7 @@ def _run_worker(
     except InvalidInput as exc:
         fail(str(exc), EXIT_BAD_INPUT)
     db = opts["db"]
-    db_given = ctx.find_root().get_parameter_source("db") not in (
-        click.core.ParameterSource.DEFAULT,
-        None,
-    )
-    if source is not None and not db_given:
+    if source is not None and db is None:
         db = source.url
 
     async def go(queue: AsyncQueue) -> None:

@@ -34,6 +34,7 @@ class QueueSettings(_Section):
 
     aging_interval_secs: float = Field(default=DEFAULT_AGING_INTERVAL_SECS, gt=0)
     lease_ttl_secs: float = Field(default=30.0, gt=0, le=3600)
+    deadline_grace_secs: float = Field(default=10.0, ge=0, le=3600)
     max_payload_bytes: int = Field(default=DEFAULT_MAX_PAYLOAD_BYTES, ge=1024, le=64 * 1024 * 1024)
     default_tenant: str = DEFAULT_TENANT
     claim_batch: int = Field(default=100, ge=1, le=10_000)
@@ -112,6 +113,8 @@ class Settings(BaseSettings):
         case_sensitive=False,
     )
 
+    db: str | None = None
+    """Database URL, used when neither the caller nor AGENTQUEUE_DB names one."""
     queue: QueueSettings = Field(default_factory=QueueSettings)
     retry: RetrySettings = Field(default_factory=RetrySettings)
     task_types: dict[str, TaskTypeSettings] = Field(default_factory=dict)
@@ -148,8 +151,6 @@ def load_settings(path: str | os.PathLike[str] | None = None) -> Settings:
             raise ConfigError(f"{file} is not valid TOML: {exc}", "config") from None
         except OSError as exc:
             raise ConfigError(f"cannot read {file}: {exc.strerror}", "config") from None
-        # Keys the CLI reads itself are allowed at the top of the file.
-        data.pop("db", None)
     try:
         return Settings(**data)
     except ValidationError as exc:

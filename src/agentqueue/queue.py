@@ -78,9 +78,10 @@ def _lease(item: LeaseLike) -> Lease:
 class AsyncQueue:
     """A queue on one database, for asyncio code.
 
-    ``url`` is ``sqlite:///path.db`` (the default, from ``AGENTQUEUE_DB`` if set) or
-    ``postgresql://...``. ``tenant`` scopes every read and write to one tenant; without it the
-    queue acts for all tenants (as an operator does). The schema is migrated on first use.
+    ``url`` is ``sqlite:///path.db`` or ``postgresql://...``; without it, ``AGENTQUEUE_DB``, then
+    ``db`` in the configuration, then ``sqlite:///agentqueue.db``. ``tenant`` scopes every read
+    and write to one tenant; without it the queue acts for all tenants (as an operator does).
+    The schema is migrated on first use.
     """
 
     def __init__(
@@ -94,9 +95,9 @@ class AsyncQueue:
         store: Store | None = None,
         actor: str = "api",
     ) -> None:
-        self.url = url or os.environ.get("AGENTQUEUE_DB") or DEFAULT_URL
         if settings is None:
             settings = load_settings(config or os.environ.get("AGENTQUEUE_CONFIG") or None)
+        self.url = url or settings.db or DEFAULT_URL
         self.tenant = tenant
         self.actor = actor
         self._rt = Runtime(

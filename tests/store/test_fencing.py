@@ -20,10 +20,12 @@ from agentqueue import (
     TaskState,
     TransitionRefused,
 )
+from agentqueue.config import Settings
 from agentqueue.domain.states import Action, Request, decide_or_raise
 from agentqueue.service.records import stamp
 
 LEASE_TTL = 30.0
+GRACE = Settings().queue.deadline_grace_secs  # 10 s: lease beyond the attempt deadline
 
 
 async def claimed_task(queue: AsyncQueue, worker: str = "worker-1", **fields: Any) -> Task:
@@ -231,13 +233,14 @@ async def test_heartbeat_extends_the_lease(queue: AsyncQueue, clock: ManualClock
     assert [t.id for t in await queue.reclaim_lapsed()] == [task.id]
 
 
-async def test_heartbeats_never_extend_a_lease_past_the_attempt_deadline(
+async def test_heartbeats_never_extend_a_lease_past_the_attempt_deadline_and_its_grace(
     queue: AsyncQueue, clock: ManualClock
 ) -> None:
+    # The grace leaves a live executor time to stop a timed-out attempt and report it itself.
     task = await claimed_task(queue, task_type="docs")  # 60 s per attempt
     assert task.locked_at is not None
-    deadline = task.locked_at + timedelta(seconds=60)
-    for _ in range(5):  # at 20, 40 and 50 s the lease is cut at the deadline
+    deadline = task.locked_at + timedelta(seconds=60 + GRACE)
+    for _ in range(6):  # from 50 s on, the lease is cut at the deadline plus the grace
         clock.advance(10)
         assert (await queue.heartbeat([task])).held == frozenset({task.id})
         lease = (await queue.get(task.id)).lease_expires_at
@@ -267,11 +270,11 @@ async def test_attempt_past_its_timeout_is_taken_back_even_while_heartbeating(
         await queue.complete(task.id, task.lock_token)
 
 
-async def test_lease_of_a_short_task_is_no_longer_than_its_timeout(
+async def test_lease_of_a_short_task_is_no_longer_than_its_timeout_and_grace(
     queue: AsyncQueue, clock: ManualClock
 ) -> None:
-    task = await claimed_task(queue, timeout_secs=10)
-    assert task.lease_expires_at == clock.now() + timedelta(seconds=10)
+    task = await claimed_task(queue, timeout_secs=5)
+    assert task.lease_expires_at == clock.now() + timedelta(seconds=5 + GRACE)
 
 
 # --- retries and dead letters ----------------------------------------------------------------

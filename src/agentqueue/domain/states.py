@@ -127,6 +127,7 @@ class Request:
     new_lock_token: UUID | None = None
     worker: str | None = None
     lease_ttl_secs: float = 30.0
+    deadline_grace_secs: float = 0.0
     result: Any = None
     error: str | None = None
     retryable: bool = True
@@ -339,7 +340,9 @@ def _claim(task: Task, request: Request) -> Transition | Refusal:
         return _not_from(task, request)
     if request.new_lock_token is None or not request.worker:
         raise ValueError("a claim needs a new lock_token and a worker")
-    ttl = min(request.lease_ttl_secs, float(task.timeout_secs))
+    # The lease never outlives the attempt's deadline by more than the grace, which leaves the
+    # executor time to stop a timed-out attempt and report it before the scheduler takes it.
+    ttl = min(request.lease_ttl_secs, task.timeout_secs + request.deadline_grace_secs)
     return _edge(
         task,
         request,

@@ -47,6 +47,7 @@ async def claim(
                 new_lock_token=new_lock_token(),
                 worker=worker,
                 lease_ttl_secs=settings.lease_ttl_secs,
+                deadline_grace_secs=settings.deadline_grace_secs,
             ),
         )
     return claimed
@@ -64,7 +65,10 @@ async def heartbeat(rt: Runtime, leases: Sequence[Lease]) -> HeartbeatReply:
     """Extend the given leases. A lease that no longer holds is reported lost, with the state
     of its task (``cancelled`` tells the executor to stop at once)."""
     now = rt.clock.now()
-    held = await rt.store.heartbeat(leases, now, rt.settings.queue.lease_ttl_secs)
+    settings = rt.settings.queue
+    held = await rt.store.heartbeat(
+        leases, now, settings.lease_ttl_secs, settings.deadline_grace_secs
+    )
     lost_ids = [lease.task_id for lease in leases if lease.task_id not in held]
     lost: dict[UUID, TaskState | None] = dict.fromkeys(lost_ids)
     if lost_ids:

@@ -197,8 +197,11 @@ class Store(Protocol):
         """How many tasks are in each state (states with none are left out)."""
         ...
 
-    async def heartbeat(self, leases: Sequence[Lease], now: datetime, ttl_secs: float) -> set[UUID]:
-        """Extend the leases that still hold; return their task ids."""
+    async def heartbeat(
+        self, leases: Sequence[Lease], now: datetime, ttl_secs: float, grace_secs: float
+    ) -> set[UUID]:
+        """Extend the leases that still hold to ``now + ttl_secs``, but never past the attempt's
+        deadline plus ``grace_secs``; return the ids of the leases that hold."""
         ...
 
     async def logs(self, task_id: UUID, tenant: str | None = None) -> list[LogRecord]:

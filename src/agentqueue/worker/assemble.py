@@ -13,6 +13,16 @@ from ..executors.base import Executor
 from ..executors.inprocess import Handler, HandlerExecutor
 
 
+def _anchor(command: Sequence[str]) -> list[str]:
+    """Agents run in a fresh working directory each, so command words naming files relative to
+    where the worker was started (``agents/fix.py``) are made absolute."""
+    here = Path.cwd()
+    return [
+        str(here / word) if not Path(word).is_absolute() and (here / word).exists() else word
+        for word in command
+    ]
+
+
 def build_executors(
     settings: Settings,
     handlers: Mapping[str, Handler],
@@ -44,7 +54,7 @@ def build_executors(
             continue
         from ..executors.subprocess import CommandAgent
 
-        narrowed = agent.model_copy(update={"task_types": types})
+        narrowed = agent.model_copy(update={"task_types": types, "command": _anchor(agent.command)})
         root = Path(settings.worker.workdir or ".agentqueue/runs")
         executors.append(CommandAgent(name, narrowed, root))
     if wanted is not None:

@@ -142,7 +142,7 @@ UPDATE aq_tasks t SET
     heartbeat_at = %(now)s,
     lease_expires_at = LEAST(
         %(now)s::timestamptz + make_interval(secs => %(ttl_secs)s),
-        t.locked_at + make_interval(secs => t.timeout_secs))
+        t.locked_at + make_interval(secs => t.timeout_secs + %(grace_secs)s))
 FROM unnest(%(ids)s::uuid[], %(tokens)s::uuid[]) AS v(id, token)
 WHERE t.id = v.id AND t.lock_token = v.token AND t.state = 'executing'
 RETURNING t.id

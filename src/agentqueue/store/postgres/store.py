@@ -186,7 +186,9 @@ class PostgresStore:
             cur = await conn.execute(Q["insert_tasks"], params, prepare=True)
             return {row["id"]: row["seq"] for row in await cur.fetchall()}
 
-    async def heartbeat(self, leases: Sequence[Lease], now: datetime, ttl_secs: float) -> set[UUID]:
+    async def heartbeat(
+        self, leases: Sequence[Lease], now: datetime, ttl_secs: float, grace_secs: float
+    ) -> set[UUID]:
         """Extend the leases whose token still holds."""
         if not leases:
             return set()
@@ -195,6 +197,7 @@ class PostgresStore:
             "tokens": [lease.lock_token for lease in leases],
             "now": now,
             "ttl_secs": ttl_secs,
+            "grace_secs": grace_secs,
         }
         async with self._pool.connection() as conn:
             cur = await conn.execute(Q["heartbeat"], params, prepare=True)

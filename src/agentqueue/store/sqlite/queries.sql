@@ -112,7 +112,7 @@ LIMIT :limit
 -- name: heartbeat
 UPDATE aq_tasks SET
     heartbeat_at = :now,
-    lease_expires_at = min(:now + :ttl_us, locked_at + timeout_secs * 1000000)
+    lease_expires_at = min(:now + :ttl_us, locked_at + timeout_secs * 1000000 + :grace_us)
 FROM json_each(:rows) AS r
 WHERE aq_tasks.id = r.value ->> 'id'
   AND aq_tasks.lock_token = r.value ->> 'token'

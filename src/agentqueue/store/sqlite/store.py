@@ -330,7 +330,9 @@ class SQLiteStore:
         async with self.transaction():
             return await self._writer.run(run)
 
-    async def heartbeat(self, leases: Sequence[Lease], now: datetime, ttl_secs: float) -> set[UUID]:
+    async def heartbeat(
+        self, leases: Sequence[Lease], now: datetime, ttl_secs: float, grace_secs: float
+    ) -> set[UUID]:
         """Extend the leases whose token still holds."""
         if not leases:
             return set()
@@ -338,6 +340,7 @@ class SQLiteStore:
             "rows": _dump([{"id": str(x.task_id), "token": str(x.lock_token)} for x in leases]),
             "now": to_micros(now),
             "ttl_us": int(ttl_secs * 1_000_000),
+            "grace_us": int(grace_secs * 1_000_000),
         }
         async with self.transaction():
             rows = await self._writer.run(lambda c: c.execute(Q["heartbeat"], params).fetchall())
