@@ -1,0 +1,142 @@
+"""Running workers from Python (run_worker, sync and async) and worker set-up errors."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from agentqueue import AsyncQueue, ConfigError, Queue, Task, TaskContext, TaskState
+from agentqueue.cli import main
+from agentqueue.config import Settings
+
+S = TaskState
+
+
+def fast_settings(**worker: Any) -> Settings:
+    return Settings(worker={"poll_secs": 0.1, **worker}, queue={"lease_ttl_secs": 5})
+
+
+async def wait_until_ended(queue: AsyncQueue, n: int, within: float = 20) -> None:
+    deadline = time.monotonic() + within
+    while sum(c for s, c in (await queue.stats()).by_state.items() if s.terminal) < n:
+        assert time.monotonic() < deadline, (await queue.stats()).by_state
+        await asyncio.sleep(0.05)
+
+
+async def test_run_worker_runs_async_and_sync_handlers_until_stopped(db_url: str) -> None:
+    queue = AsyncQueue(db_url, settings=fast_settings())
+    seen: list[tuple[str, str]] = []
+
+    @queue.handler("async_kind")
+    async def a(task: Task, ctx: TaskContext) -> dict[str, Any]:
+        seen.append(("async", threading.current_thread().name))
+        return {"double": ctx.payload["n"] * 2}
+
+    @queue.handler("sync_kind")
+    def b(task: Task, ctx: TaskContext) -> dict[str, Any]:
+        seen.append(("sync", threading.current_thread().name))
+        return {"triple": ctx.payload["n"] * 3}
+
+    first = (await queue.submit(title="a", task_type="async_kind", payload={"n": 2})).task
+    second = (await queue.submit(title="b", task_type="sync_kind", payload={"n": 2})).task
+    stop = asyncio.Event()
+    running = asyncio.create_task(queue.run_worker(stop=stop, worker_id="in-process"))
+    await wait_until_ended(queue, 2)
+    stop.set()
+    await asyncio.wait_for(running, 10)
+    assert (await queue.get(first.id)).result == {"double": 4}
+    assert (await queue.get(second.id)).result == {"triple": 6}
+    threads = dict(seen)
+    assert threads["async"] == threading.current_thread().name  # on the event loop
+    assert threads["sync"].startswith("agentqueue-handler")  # in the thread pool
+    claim = next(e for e in await queue.events(first.id) if e.action == "claim")
+    assert claim.actor == "in-process"
+    await queue.close()
+
+
+def test_the_sync_facade_runs_a_worker_until_stop_worker(tmp_path: Path) -> None:
+    queue = Queue(f"sqlite:///{tmp_path / 'sync.db'}", settings=fast_settings())
+
+    @queue.handler("docs")
+    def docs(task: Task, ctx: TaskContext) -> str:
+        return task.title.upper()
+
+    made = queue.submit(title="hello", task_type="docs").task
+    thread = threading.Thread(target=queue.run_worker, kwargs={"concurrency": 2})
+    thread.start()
+    deadline = time.monotonic() + 20
+    while queue.get(made.id).state is not S.COMPLETED:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    queue.stop_worker()
+    thread.join(10)
+    assert not thread.is_alive()
+    assert queue.get(made.id).result == "HELLO"
+    queue.close()
+
+
+async def test_ctx_heartbeat_renews_the_lease_before_the_regular_heartbeat(db_url: str) -> None:
+    queue = AsyncQueue(db_url, settings=fast_settings(heartbeat_secs=60))
+    renewed = asyncio.Event()
+
+    @queue.handler("slow")
+    async def slow(task: Task, ctx: TaskContext) -> None:
+        await asyncio.sleep(0.3)
+        ctx.heartbeat()
+        await renewed.wait()
+
+    made = (await queue.submit(title="s", task_type="slow")).task
+    stop = asyncio.Event()
+    running = asyncio.create_task(queue.run_worker(stop=stop))
+    deadline = time.monotonic() + 10
+    while True:
+        task = await queue.get(made.id)
+        if task.state is S.EXECUTING and task.heartbeat_at != task.locked_at:
+            break
+        assert time.monotonic() < deadline, "the lease was not renewed"
+        await asyncio.sleep(0.05)
+    assert task.heartbeat_at is not None and task.locked_at is not None
+    assert task.heartbeat_at > task.locked_at
+    renewed.set()
+    await wait_until_ended(queue, 1)
+    stop.set()
+    await asyncio.wait_for(running, 10)
+    await queue.close()
+
+
+def test_a_task_type_served_by_a_handler_and_an_agent_is_refused(tmp_path: Path) -> None:
+    settings = Settings(
+        agents={"fixer": {"command": [sys.executable, "-c", "pass"], "task_types": ["bugfix"]}}
+    )
+    queue = AsyncQueue(f"sqlite:///{tmp_path / 'c.db'}", settings=settings)
+
+    @queue.handler("bugfix")
+    def fix(task: Task, ctx: TaskContext) -> None:
+        return None
+
+    with pytest.raises(ConfigError, match="'bugfix' is served by both handlers and fixer"):
+        queue.worker()
+    with pytest.raises(ConfigError, match="no agent named 'nobody'"):
+        queue.worker(agents=["nobody"])
+    with pytest.raises(ConfigError, match="no handler or agent serves task type 'docs'"):
+        queue.worker(task_types=["docs"])
+    assert [e.name for e in queue.worker(agents=["fixer"]).executors] == ["fixer"]
+
+
+def test_a_worker_with_nothing_to_run_exits_2_saying_so(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["--db", f"sqlite:///{tmp_path / 'n.db'}", "worker"])
+    assert result.exit_code == 2
+    assert "nothing to run" in result.stderr
+
+
+def test_an_app_that_cannot_be_imported_exits_2_naming_it(tmp_path: Path) -> None:
+    args = ["--db", f"sqlite:///{tmp_path / 'n.db'}", "worker", "--app", "no_such_module:q"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2 and "app: cannot import no_such_module" in result.stderr
