@@ -307,8 +307,10 @@ class AsyncQueue:
     # --- scheduler steps --------------------------------------------------------------------
 
     async def admit(self, limit: int = 1000) -> list[Task]:
-        """Admit pending tasks to the queue, best first."""
-        return await maintenance.admit(await self._ready(), limit)
+        """Admit pending tasks to the queue, best first; return them in that order."""
+        ids = await maintenance.admit(await self._ready(), limit)
+        found = {t.id: t for t in await self._rt.store.get_tasks(ids)}
+        return [found[i] for i in ids if i in found]
 
     async def reclaim_lapsed(self, limit: int = 500) -> list[Task]:
         """Take back executing tasks whose lease lapsed or whose attempt timed out."""
@@ -368,6 +370,7 @@ class AsyncQueue:
             heartbeat_secs=conf.heartbeat_secs,
             poll_secs=conf.poll_secs,
             cancel_grace_secs=conf.cancel_grace_secs,
+            claim_batch=self.settings.queue.claim_batch,
         )
         holder: list[Worker] = []
         executors = build_executors(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -84,6 +84,24 @@ class Task:
         """Whether the task has reached a state it never leaves."""
         return self.state.terminal
 
+    def evolve(self, **changes: Any) -> Task:
+        """A copy with ``changes`` applied. Like ``dataclasses.replace`` without re-running
+        ``__init__`` for all 37 fields: this is on the hot path of every transition."""
+        unknown = changes.keys() - _TASK_FIELDS
+        if unknown:
+            raise TypeError(f"Task has no field {sorted(unknown)[0]!r}")
+        values = self.__dict__.copy()
+        values.update(changes)
+        return Task.from_fields(values)
+
+    @staticmethod
+    def from_fields(values: dict[str, Any]) -> Task:
+        """A Task from a complete dict of its fields, already of the right types (stores use
+        this to build tasks from rows without the cost of ``__init__``)."""
+        task = object.__new__(Task)
+        object.__setattr__(task, "__dict__", values)
+        return task
+
     def to_json(self) -> dict[str, Any]:
         """The task as a JSON object with the field names of SPEC section 1."""
         return {
@@ -122,6 +140,9 @@ class Task:
         }
 
 
+_TASK_FIELDS = frozenset(f.name for f in fields(Task))
+
+
 @dataclass(frozen=True)
 class Event:
     """One audited change of a task (R3). ``hash`` chains it to the task's previous event."""
@@ -137,6 +158,8 @@ class Event:
     reason: str
     data: dict[str, Any] = field(default_factory=dict)
     hash: str = ""
+    data_text: str = field(default="", compare=False, repr=False)
+    """The exact text of ``data`` the hash was taken over (kept so it is encoded once)."""
 
     def to_json(self) -> dict[str, Any]:
         """The event as a JSON object."""

@@ -7,7 +7,6 @@ saying why not. Stores only apply transitions decided here, guarded by the expec
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -15,6 +14,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
+from .audit import data_text, hash_tail
 from .errors import LeaseLost, TransitionRefused
 from .retry import BackoffPolicy, retries_left, retry_limit
 
@@ -101,6 +101,43 @@ class Action(StrEnum):
     CANCEL = "cancel"
 
 
+BULK_ACTIONS: Mapping[Action, tuple[TaskState, TaskState]] = {
+    Action.ADMIT: (TaskState.PENDING, TaskState.QUEUED),
+    Action.CLAIM: (TaskState.QUEUED, TaskState.EXECUTING),
+    Action.COMPLETE: (TaskState.EXECUTING, TaskState.COMPLETED),
+}
+"""The hot actions a store may apply to a whole batch in one statement instead of row by row.
+
+Their rules are simple enough to state set-wise (see ``_admit``, ``_claim``, ``_complete``), and
+each store's statement must write exactly what :func:`decide` would for every row it touches,
+audit event and hash included; tests hold every store to that. Everything else goes through
+``decide`` one task at a time.
+"""
+
+
+@dataclass(frozen=True)
+class BulkEvent:
+    """The audit event a set-wise action writes for every row: the same but for the task and
+    its position, so its hash tail (see domain.audit.hash_tail) is computed once."""
+
+    from_state: TaskState
+    to_state: TaskState
+    action: Action
+    actor: str
+    reason: str
+    data_text: str
+    tail: str
+
+
+def bulk_event(action: Action, at: datetime, actor: str) -> BulkEvent:
+    """The event ``action`` (one of BULK_ACTIONS) writes at ``at``, as decide() would: a claim
+    records its worker (the actor), the others no data."""
+    from_state, to_state = BULK_ACTIONS[action]
+    text = data_text({"worker": actor} if action is Action.CLAIM else {})
+    tail = hash_tail(at, from_state.value, to_state.value, action.value, actor, "", text)
+    return BulkEvent(from_state, to_state, action, actor, "", text, tail)
+
+
 FENCED_ACTIONS = frozenset(
     {Action.WAIT_TOOL, Action.COMPLETE, Action.FAIL, Action.RELEASE, Action.PREEMPT}
 )
@@ -151,9 +188,7 @@ class Transition:
 
     def apply(self, task: Task) -> Task:
         """The task as it is after this change (bookkeeping of the audit chain excluded)."""
-        return dataclasses.replace(
-            task, state=self.to_state, updated_at=self.at, **dict(self.changes)
-        )
+        return task.evolve(state=self.to_state, updated_at=self.at, **self.changes)
 
 
 @dataclass(frozen=True)
@@ -356,7 +391,7 @@ def _claim(task: Task, request: Request) -> Transition | Refusal:
             "started_at": request.now,
             "state_reason": None,
         },
-        data={"worker": request.worker, "attempt": task.retry_count + 1},
+        data={"worker": request.worker},
     )
 
 

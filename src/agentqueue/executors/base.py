@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
@@ -60,12 +61,27 @@ class AttemptControl:
     cancel_reason: str = ""
     kill_grace_secs: float = 5.0
     cancel_grace_secs: float = 0.5
+    _on_stop: list[Callable[[], object]] = field(default_factory=list)
 
     def stop(self, reason: str) -> None:
         """Ask the attempt to stop now."""
         if not self.cancel.is_set():
             self.cancel_reason = reason
             self.cancel.set()
+            for callback in self._on_stop:
+                callback()
+
+    def on_stop(self, callback: Callable[[], object]) -> None:
+        """Call ``callback`` when the attempt is asked to stop (at once if it already was)."""
+        if self.cancel.is_set():
+            callback()
+        else:
+            self._on_stop.append(callback)
+
+    def off_stop(self, callback: Callable[[], object]) -> None:
+        """No longer call ``callback`` on stop."""
+        if callback in self._on_stop:
+            self._on_stop.remove(callback)
 
     def remaining(self) -> float:
         """Seconds left before the deadline (never negative)."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import copy
-import dataclasses
 import functools
 import inspect
 import threading
@@ -130,15 +129,43 @@ class HandlerExecutor:
         """Run the handler of ``task.task_type`` until it returns, raises, times out or is
         cancelled."""
         handler = self._handlers[task.task_type]
-        own = dataclasses.replace(task, payload=copy.deepcopy(task.payload))
+        own = task.evolve(payload=copy.deepcopy(task.payload))
         ctx = TaskContext(own, control, lambda: self._request_heartbeat(task.id))
-        work: asyncio.Future[Any]
         if _is_async(handler):
-            work = asyncio.ensure_future(_call_async(handler, own, ctx))
-        else:
-            loop = asyncio.get_running_loop()
-            call = functools.partial(contextvars.copy_context().run, handler, own, ctx)
-            work = loop.run_in_executor(self._pool, call)
+            return await self._run_async(handler, own, ctx, control)
+        return await self._run_in_thread(handler, own, ctx, control)
+
+    async def _run_async(
+        self, handler: Handler, task: Task, ctx: TaskContext, control: AttemptControl
+    ) -> AttemptResult:
+        # Runs in the attempt's own asyncio task: a stop cancels that task, the deadline is an
+        # asyncio timeout. No extra futures per attempt: this is the hot path.
+        current = asyncio.current_task()
+        assert current is not None
+        control.on_stop(current.cancel)
+        try:
+            async with asyncio.timeout(control.remaining()):
+                value = await _call_async(handler, task, ctx)
+        except asyncio.CancelledError:
+            if not control.cancel.is_set():
+                raise  # the worker itself is being torn down
+            current.uncancel()
+            return AttemptResult(AttemptEnd.CANCELLED, error=control.cancel_reason,
+                                 logs=ctx.logs())  # fmt: skip
+        except TimeoutError:
+            return _timed_out(task, ctx)
+        except Exception as exc:
+            return _failure(exc, ctx)
+        finally:
+            control.off_stop(current.cancel)
+        return _result(value, ctx)
+
+    async def _run_in_thread(
+        self, handler: Handler, task: Task, ctx: TaskContext, control: AttemptControl
+    ) -> AttemptResult:
+        loop = asyncio.get_running_loop()
+        call = functools.partial(contextvars.copy_context().run, handler, task, ctx)
+        work = loop.run_in_executor(self._pool, call)
         cancel_wait = asyncio.ensure_future(control.cancel.wait())
         try:
             done, _ = await asyncio.wait(
@@ -151,13 +178,11 @@ class HandlerExecutor:
             if control.cancel.is_set():
                 return AttemptResult(AttemptEnd.CANCELLED, error=control.cancel_reason,
                                      logs=ctx.logs())  # fmt: skip
-            return AttemptResult(
-                AttemptEnd.TIMED_OUT,
-                error=f"attempt timed out after {task.timeout_secs}s",
-                retryable=True,
-                logs=ctx.logs(),
-            )
-        return _result_of(work, ctx)
+            return _timed_out(task, ctx)
+        exc = work.exception()
+        if exc is not None:
+            return _failure(exc, ctx)
+        return _result(work.result(), ctx)
 
 
 async def _call_async(handler: Handler, task: Task, ctx: TaskContext) -> Any:
@@ -167,19 +192,26 @@ async def _call_async(handler: Handler, task: Task, ctx: TaskContext) -> Any:
     return outcome
 
 
-def _result_of(work: asyncio.Future[Any], ctx: TaskContext) -> AttemptResult:
-    if work.cancelled():
-        return AttemptResult(AttemptEnd.FAILED, error="the handler was cancelled", logs=ctx.logs())
-    exc = work.exception()
-    if exc is not None:
-        message = str(exc) or type(exc).__name__
-        return AttemptResult(
-            AttemptEnd.FAILED,
-            error=f"{type(exc).__name__}: {message}"[:2000],
-            retryable=exception_is_retryable(exc),
-            logs=ctx.logs(),
-        )
-    value = work.result()
+def _timed_out(task: Task, ctx: TaskContext) -> AttemptResult:
+    return AttemptResult(
+        AttemptEnd.TIMED_OUT,
+        error=f"attempt timed out after {task.timeout_secs}s",
+        retryable=True,
+        logs=ctx.logs(),
+    )
+
+
+def _failure(exc: BaseException, ctx: TaskContext) -> AttemptResult:
+    message = str(exc) or type(exc).__name__
+    return AttemptResult(
+        AttemptEnd.FAILED,
+        error=f"{type(exc).__name__}: {message}"[:2000],
+        retryable=exception_is_retryable(exc),
+        logs=ctx.logs(),
+    )
+
+
+def _result(value: Any, ctx: TaskContext) -> AttemptResult:
     try:
         size = len(canonical_json(value).encode())
     except (TypeError, ValueError) as err:

@@ -8,17 +8,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 from uuid import UUID
 
+from ..domain.audit import canonical_json
 from ..domain.errors import InvalidInput
 from ..domain.models import LogRecord, Task
-from ..domain.states import Action, Refusal, RefusalKind, Request, TaskState
-from ..ids import new_lock_token
+from ..domain.states import Action, Refusal, RefusalKind, Request, TaskState, bulk_event
 from ..store import Lease
-from .records import decide_and_apply
+from .records import apply_decisions, decide_and_apply
 from .runtime import Runtime
+
+MAX_RESULT_BYTES = 1024 * 1024
 
 
 async def claim(
@@ -36,19 +39,16 @@ async def claim(
     now = rt.clock.now()
     settings = rt.settings.queue
     async with rt.store.transaction() as tx:
-        candidates = await tx.lock_claimable(n, task_types, now, settings.aging_interval_secs)
-        claimed, _ = await decide_and_apply(
-            tx,
-            candidates,
-            lambda task: Request(
-                Action.CLAIM,
-                now,
-                actor=worker,
-                new_lock_token=new_lock_token(),
-                worker=worker,
-                lease_ttl_secs=settings.lease_ttl_secs,
-                deadline_grace_secs=settings.deadline_grace_secs,
-            ),
+        # CLAIM is one of the domain's set-wise actions (BULK_ACTIONS): the store applies it
+        # to the whole batch in one statement.
+        claimed = await tx.claim(
+            n,
+            task_types,
+            now,
+            settings.aging_interval_secs,
+            settings.lease_ttl_secs,
+            settings.deadline_grace_secs,
+            bulk_event(Action.CLAIM, now, worker),
         )
     return claimed
 
@@ -105,6 +105,9 @@ class Outcome:
     error: str | None = None
     retryable: bool = True
     reason: str = ""
+    claimed: Task | None = None
+    """The task as the executor claimed it, if it has it: then the outcome is decided on it and
+    written with a guard, without reading the row first (the row is read only if it moved on)."""
 
 
 async def finish(
@@ -123,7 +126,6 @@ async def finish(
     now = rt.clock.now()
     policy = rt.settings.retry.policy()
     async with rt.store.transaction() as tx:
-        tasks = await tx.lock(list(by_id))
 
         def request(task: Task) -> Request:
             o = by_id[task.id]
@@ -140,10 +142,39 @@ async def finish(
                 spread=rt.spread(),
             )
 
-        written, refusals = await decide_and_apply(tx, tasks, request)
+        # COMPLETE is set-wise (BULK_ACTIONS): the whole batch in one statement. What it leaves
+        # (leases that moved on) is decided row by row below, which says why it was refused.
+        completing = [o for o in outcomes if o.kind is OutcomeKind.COMPLETED]
+        heads = await tx.complete(
+            [(o.task_id, o.lock_token, _checked_result(o.result)) for o in completing],
+            now,
+            bulk_event(Action.COMPLETE, now, actor),
+        )
+        written = [
+            _completed(o.claimed, o.result, now, heads[o.task_id])
+            for o in completing
+            if o.task_id in heads and o.claimed is not None
+        ]
+        unseen = [o.task_id for o in completing if o.task_id in heads and o.claimed is None]
+        done = set(heads)
+        rest = [o for o in outcomes if o.task_id not in done]
+        known = [
+            o.claimed for o in rest if o.claimed is not None and o.kind is not OutcomeKind.COMPLETED
+        ]
+        more, refusals, stale = await apply_decisions(tx, known, request)
+        written += more
+        unknown = [o.task_id for o in rest if o.claimed is None or o.kind is OutcomeKind.COMPLETED]
+        if stale or unknown:
+            again, more_refusals = await decide_and_apply(
+                tx, await tx.lock([*stale, *unknown]), request
+            )
+            written += again
+            refusals.update(more_refusals)
         # Output belongs to the attempt whatever became of the outcome, so it is kept even when
         # the outcome was refused (a lease lost just before the report).
         await tx.insert_logs(logs)
+    if unseen:  # completed without the claimed image at hand: read them back
+        written += await rt.store.get_tasks(unseen)
     out: dict[UUID, Task | Refusal] = {t.id: t for t in written}
     out.update(refusals)
     for task_id in by_id:
@@ -151,6 +182,35 @@ async def finish(
             kind = _ACTIONS[by_id[task_id].kind]
             out[task_id] = Refusal(task_id, kind, None, RefusalKind.FENCED, "no such task")
     return out
+
+
+def _completed(claimed: Task, result: Any, now: datetime, head: tuple[int, str]) -> Task:
+    """The task as the set-wise COMPLETE left it: decide()'s changes on the claimed image."""
+    return claimed.evolve(
+        state=TaskState.COMPLETED,
+        result=result,
+        error=None,
+        state_reason=None,
+        finished_at=now,
+        lock_token=None,
+        locked_at=None,
+        heartbeat_at=None,
+        lease_expires_at=None,
+        assigned_to=None,
+        updated_at=now,
+        event_seq=head[0],
+        last_hash=head[1],
+    )
+
+
+def _checked_result(value: Any) -> Any:
+    try:
+        size = len(canonical_json(value).encode())
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"not JSON: {exc}", "result") from None
+    if size > MAX_RESULT_BYTES:
+        raise InvalidInput(f"{size} bytes, over the limit of {MAX_RESULT_BYTES}", "result")
+    return value
 
 
 async def finish_one(rt: Runtime, outcome: Outcome, actor: str) -> Task:

@@ -8,9 +8,11 @@ fair share and dependencies join it with the scheduler.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from uuid import UUID
 
 from ..domain.models import Task
-from ..domain.states import Action, Request
+from ..domain.states import Action, Request, bulk_event
+from ..store.base import CHANNEL_QUEUED
 from .records import decide_and_apply
 from .runtime import Runtime
 
@@ -44,15 +46,22 @@ async def promote_due_retries(rt: Runtime, limit: int = 500) -> list[Task]:
     return written
 
 
-async def admit(rt: Runtime, limit: int = 1000) -> list[Task]:
-    """Admit up to ``limit`` pending tasks to queued, best first."""
+async def admit(rt: Runtime, limit: int = 1000) -> list[UUID]:
+    """Admit up to ``limit`` pending tasks to queued, best first; return their ids in order.
+
+    ADMIT is one of the domain's set-wise actions (BULK_ACTIONS): one statement for the batch.
+    """
     now = rt.clock.now()
     async with rt.store.transaction() as tx:
-        ready = await tx.lock_admissible(limit, now, rt.settings.queue.aging_interval_secs)
-        written, _ = await decide_and_apply(
-            tx, ready, lambda task: Request(Action.ADMIT, now, actor=ACTOR)
+        admitted = await tx.admit(
+            limit,
+            now,
+            rt.settings.queue.aging_interval_secs,
+            bulk_event(Action.ADMIT, now, ACTOR),
         )
-    return written
+        if admitted:
+            await tx.notify(CHANNEL_QUEUED)
+    return admitted
 
 
 @dataclass(frozen=True)
@@ -62,11 +71,16 @@ class TickReport:
     reclaimed: int
     retried: int
     admitted: int
+    more: bool = False
+    """Admission stopped at its batch limit: more pending work may be ready now."""
+
+
+ADMIT_BATCH = 1000
 
 
 async def tick(rt: Runtime) -> TickReport:
     """One pass of every step, in order."""
     reclaimed = await reclaim_lapsed(rt)
     retried = await promote_due_retries(rt)
-    admitted = await admit(rt)
-    return TickReport(len(reclaimed), len(retried), len(admitted))
+    admitted = await admit(rt, ADMIT_BATCH)
+    return TickReport(len(reclaimed), len(retried), len(admitted), len(admitted) == ADMIT_BATCH)

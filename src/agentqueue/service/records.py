@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from uuid import UUID
 
@@ -16,6 +15,7 @@ from ..store.base import CHANNEL_PENDING, CHANNEL_QUEUED, CHANNEL_REVOKED
 
 def _event(task: Task, transition: Transition, seq: int, prev_hash: str) -> Event:
     data = dict(transition.data)
+    text = data_text(data)
     digest = event_hash(
         prev_hash,
         task_id=task.id,
@@ -27,7 +27,7 @@ def _event(task: Task, transition: Transition, seq: int, prev_hash: str) -> Even
         action=transition.action.value,
         actor=transition.actor,
         reason=transition.reason,
-        data_text=data_text(data),
+        data_text=text,
     )
     return Event(
         task_id=task.id,
@@ -41,35 +41,40 @@ def _event(task: Task, transition: Transition, seq: int, prev_hash: str) -> Even
         reason=transition.reason,
         data=data,
         hash=digest,
+        data_text=text,
     )
 
 
 def stamp(task: Task, transition: Transition) -> Change:
-    """The write for ``transition`` on ``task``: new image, guard, and the chained event."""
+    """The write for ``transition`` on ``task``: the columns it sets, the guard, and the
+    chained event."""
     seq = task.event_seq + 1
     event = _event(task, transition, seq, task.last_hash)
-    image = dataclasses.replace(transition.apply(task), event_seq=seq, last_hash=event.hash)
-    return Change(image, task.state, task.event_seq, event)
+    columns = {
+        **transition.changes,
+        "state": transition.to_state,
+        "updated_at": transition.at,
+        "event_seq": seq,
+        "last_hash": event.hash,
+    }
+    return Change(task.evolve(**columns), task.state, task.event_seq, event, columns)
 
 
 def new_record(task: Task, actor: str) -> NewTask:
     """A new task (state pending) with its creation event, the first link of its chain."""
     transition = creation(task, actor)
     event = _event(task, transition, 1, GENESIS)
-    return NewTask(dataclasses.replace(task, event_seq=1, last_hash=event.hash), event)
+    return NewTask(task.evolve(event_seq=1, last_hash=event.hash), event)
 
 
-async def decide_and_apply(
+async def apply_decisions(
     tx: Tx,
     tasks: Sequence[Task],
     request_for: Callable[[Task], Request],
-) -> tuple[list[Task], dict[UUID, Refusal]]:
-    """Decide ``request_for(task)`` on each task and write every accepted change.
-
-    Returns the tasks as written and the refusals by task id. The tasks must have been read in
-    ``tx`` (locked), so a guard that fails here means a concurrent writer broke the locking
-    rules: the transaction is abandoned with Conflict rather than written half.
-    """
+) -> tuple[list[Task], dict[UUID, Refusal], list[UUID]]:
+    """Decide ``request_for(task)`` on each task and write every accepted change whose guard
+    holds. Returns the tasks as written, the refusals, and the ids whose guard failed (the row
+    moved on since ``task`` was read: decide again on a fresh read)."""
     changes: list[Change] = []
     refusals: dict[UUID, Refusal] = {}
     for task in tasks:
@@ -79,11 +84,24 @@ async def decide_and_apply(
         else:
             changes.append(stamp(task, outcome))
     written = await tx.apply(changes)
-    if len(written) != len(changes):
-        lost = [str(c.task.id) for c in changes if c.task.id not in written]
-        raise Conflict(f"tasks changed underneath a locked write: {', '.join(lost)}")
-    await announce(tx, changes)
-    return [c.task for c in changes], refusals
+    applied = [c for c in changes if c.task.id in written]
+    await announce(tx, applied)
+    stale = [c.task.id for c in changes if c.task.id not in written]
+    return [c.task for c in applied], refusals, stale
+
+
+async def decide_and_apply(
+    tx: Tx,
+    tasks: Sequence[Task],
+    request_for: Callable[[Task], Request],
+) -> tuple[list[Task], dict[UUID, Refusal]]:
+    """Like :func:`apply_decisions` for tasks locked in ``tx``: a guard that fails there means a
+    concurrent writer broke the locking rules, so the transaction is abandoned with Conflict
+    rather than written half."""
+    written, refusals, stale = await apply_decisions(tx, tasks, request_for)
+    if stale:
+        raise Conflict(f"tasks changed underneath a locked write: {', '.join(map(str, stale))}")
+    return written, refusals
 
 
 REVOKING = frozenset({Action.CANCEL, Action.LEASE_EXPIRED})

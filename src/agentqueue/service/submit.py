@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from ..domain.errors import Conflict, FieldProblem, InvalidInput
@@ -135,7 +135,7 @@ async def _submit_chunk(
         for i, record in records.items():
             if record.task.id in inserted:
                 # The store numbers submissions; hand back the task as it is stored.
-                task = replace(record.task, seq=inserted[record.task.id])
+                task = record.task.evolve(seq=inserted[record.task.id])
                 results[i] = SubmitResult(task, created=True)
         unmatched = [i for i in remaining if results[i] is None]
         if not unmatched:

@@ -7,30 +7,32 @@ change together with its audit event in one transaction.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 from uuid import UUID
 
 from ..domain.audit import StoredEvent
 from ..domain.models import Event, LogRecord, Task
-from ..domain.states import TaskState
+from ..domain.states import BulkEvent, TaskState
 
 
 @dataclass(frozen=True)
 class Change:
     """A decided change ready to write.
 
-    ``task`` is the full new image (state, fields, and the advanced audit head); the write holds
-    only if the row is still in ``expected_state`` at audit position ``expected_event_seq``.
+    ``columns`` are the columns it sets (the transition's fields, the state, and the advanced
+    audit head); ``task`` is the task as it will be afterwards. The write holds only if the row is
+    still in ``expected_state`` at audit position ``expected_event_seq``.
     """
 
     task: Task
     expected_state: TaskState
     expected_event_seq: int
     event: Event
+    columns: Mapping[str, Any]
 
 
 @dataclass(frozen=True)
@@ -112,16 +114,6 @@ class Tx(Protocol):
         """The tasks with these ids (in this tenant, if given), locked until commit."""
         ...
 
-    async def lock_claimable(
-        self, limit: int, task_types: Sequence[str] | None, now: datetime, aging_secs: float
-    ) -> list[Task]:
-        """Up to ``limit`` queued tasks in claim order, skipping ones other claimers hold."""
-        ...
-
-    async def lock_admissible(self, limit: int, now: datetime, aging_secs: float) -> list[Task]:
-        """Up to ``limit`` pending tasks that may be admitted now, in admission order."""
-        ...
-
     async def lock_lapsed(self, limit: int, now: datetime) -> list[Task]:
         """Executing tasks whose lease has run out."""
         ...
@@ -136,6 +128,38 @@ class Tx(Protocol):
 
     async def insert_logs(self, records: Sequence[LogRecord]) -> None:
         """Keep captured output with its task."""
+        ...
+
+    # The hot transitions, applied set-wise (domain.states.BULK_ACTIONS): each writes exactly
+    # what decide() would for every row it touches, audit events included.
+
+    async def claim(
+        self,
+        limit: int,
+        task_types: Sequence[str] | None,
+        now: datetime,
+        aging_secs: float,
+        ttl_secs: float,
+        grace_secs: float,
+        event: BulkEvent,
+    ) -> list[Task]:
+        """CLAIM up to ``limit`` queued tasks in claim order (R4) for ``event.actor``, skipping
+        ones other claimers hold; each gets a fresh lock_token. Returns them as claimed, in
+        that order."""
+        ...
+
+    async def admit(
+        self, limit: int, now: datetime, aging_secs: float, event: BulkEvent
+    ) -> list[UUID]:
+        """ADMIT up to ``limit`` pending tasks that may run now, best first; return their ids in
+        that order."""
+        ...
+
+    async def complete(
+        self, items: Sequence[tuple[UUID, UUID, Any]], now: datetime, event: BulkEvent
+    ) -> dict[UUID, tuple[int, str]]:
+        """COMPLETE each (task id, lock_token, result) whose lease still holds; return the new
+        audit head (event_seq, last_hash) of each task completed."""
         ...
 
     async def notify(self, channel: str, payload: str = "") -> None:

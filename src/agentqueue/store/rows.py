@@ -7,7 +7,7 @@ arrays natively; SQLite keeps microseconds, text and JSON text), so each passes 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -37,14 +37,16 @@ def _json_text(value: Any) -> str | None:
 class Codec:
     """How one dialect writes and reads times, UUIDs, UUID lists and JSON."""
 
-    time_out: Callable[[datetime | None], Any] = _same
+    time_out: Callable[[datetime], Any] = _same
     time_in: Callable[[Any], datetime | None] = _same
-    uuid_out: Callable[[UUID | None], Any] = _same
+    uuid_out: Callable[[UUID], Any] = _same
     uuid_in: Callable[[Any], UUID | None] = _same
     uuids_out: Callable[[Sequence[UUID]], Any] = _same
     uuids_in: Callable[[Any], tuple[UUID, ...]] = tuple
     json_out: Callable[[Any], Any] = _json_text
     json_in: Callable[[Any], Any] = _same
+    native: bool = True
+    """True when the driver already returns UUIDs, datetimes and parsed JSON (PostgreSQL)."""
 
 
 TASK_INSERT_FIELDS = (
@@ -68,8 +70,10 @@ _TIME_FIELDS = frozenset(
 _JSON_FIELDS = frozenset({"payload", "checkpoint", "result"})
 
 
-def _encode(task: Task, name: str, codec: Codec) -> Any:
-    value = getattr(task, name)
+def encode(name: str, value: Any, codec: Codec) -> Any:
+    """One column's value as the dialect's bulk format carries it."""
+    if value is None:
+        return None
     if name in _TIME_FIELDS:
         return codec.time_out(value)
     if name in _JSON_FIELDS:
@@ -85,51 +89,63 @@ def _encode(task: Task, name: str, codec: Codec) -> Any:
     return value
 
 
-def new_task_columns(new: Sequence[NewTask], codec: Codec) -> dict[str, list[Any]]:
-    """One list per insert column."""
-    return {name: [_encode(n.task, name, codec) for n in new] for name in TASK_INSERT_FIELDS}
+def new_task_rows(new: Sequence[NewTask], codec: Codec) -> list[dict[str, Any]]:
+    """One object per task to insert."""
+    return [
+        {name: encode(name, getattr(n.task, name), codec) for name in TASK_INSERT_FIELDS}
+        for n in new
+    ]
 
 
-def change_columns(changes: Sequence[Change], codec: Codec) -> dict[str, list[Any]]:
-    """One list per mutable column, plus the guard columns."""
-    cols: dict[str, list[Any]] = {
-        "id": [codec.uuid_out(c.task.id) for c in changes],
-        "expected_state": [c.expected_state.value for c in changes],
-        "expected_seq": [c.expected_event_seq for c in changes],
-    }
-    for name in MUTABLE_FIELDS:
-        cols[name] = [_encode(c.task, name, codec) for c in changes]
-    return cols
+def change_rows(changes: Sequence[Change], codec: Codec) -> list[dict[str, Any]]:
+    """One object per change: the guard, and only the columns the change sets (a missing key
+    leaves the column as it is; a null sets it to NULL)."""
+    rows = []
+    for change in changes:
+        row: dict[str, Any] = {
+            name: encode(name, value, codec) for name, value in change.columns.items()
+        }
+        row["id"] = codec.uuid_out(change.task.id)
+        row["expected_state"] = change.expected_state.value
+        row["expected_seq"] = change.expected_event_seq
+        rows.append(row)
+    return rows
 
 
-def event_columns(events: Sequence[Event], codec: Codec) -> dict[str, list[Any]]:
-    """One list per event column, named ``e_*``."""
-    return {
-        "e_task_id": [codec.uuid_out(e.task_id) for e in events],
-        "e_seq": [e.seq for e in events],
-        "e_tenant": [e.tenant for e in events],
-        "e_at": [codec.time_out(e.at) for e in events],
-        "e_from": [e.from_state.value if e.from_state else None for e in events],
-        "e_to": [e.to_state.value for e in events],
-        "e_action": [e.action for e in events],
-        "e_actor": [e.actor for e in events],
-        "e_reason": [e.reason for e in events],
-        "e_data": [data_text(e.data) for e in events],
-        "e_hash": [e.hash for e in events],
-    }
+def event_rows(events: Sequence[Event], codec: Codec) -> list[dict[str, Any]]:
+    """One object per event; ``e_data`` is the exact text the hash was taken over."""
+    return [
+        {
+            "e_task_id": codec.uuid_out(e.task_id),
+            "e_seq": e.seq,
+            "e_tenant": e.tenant,
+            "e_at": codec.time_out(e.at),
+            "e_from": e.from_state.value if e.from_state else None,
+            "e_to": e.to_state.value,
+            "e_action": e.action,
+            "e_actor": e.actor,
+            "e_reason": e.reason,
+            "e_data": e.data_text or data_text(e.data),
+            "e_hash": e.hash,
+        }
+        for e in events
+    ]
 
 
-def log_columns(records: Sequence[LogRecord], codec: Codec) -> dict[str, list[Any]]:
-    """One list per aq_task_logs column."""
-    return {
-        "task_id": [codec.uuid_out(r.task_id) for r in records],
-        "tenant": [r.tenant for r in records],
-        "attempt": [r.attempt for r in records],
-        "stream": [r.stream for r in records],
-        "at": [codec.time_out(r.at) for r in records],
-        "text": [r.text for r in records],
-        "truncated": [r.truncated for r in records],
-    }
+def log_rows(records: Sequence[LogRecord], codec: Codec) -> list[dict[str, Any]]:
+    """One object per log record."""
+    return [
+        {
+            "task_id": codec.uuid_out(r.task_id),
+            "tenant": r.tenant,
+            "attempt": r.attempt,
+            "stream": r.stream,
+            "at": codec.time_out(r.at),
+            "text": r.text,
+            "truncated": r.truncated,
+        }
+        for r in records
+    ]
 
 
 def log_from_row(row: Row, codec: Codec) -> LogRecord:
@@ -145,54 +161,26 @@ def log_from_row(row: Row, codec: Codec) -> LogRecord:
     )
 
 
-def rows_of(columns: Mapping[str, list[Any]]) -> list[dict[str, Any]]:
-    """Columns turned into one parameter dict per row."""
-    names = list(columns)
-    return [dict(zip(names, values, strict=True)) for values in zip(*columns.values(), strict=True)]
+_ROW_TIMES = (
+    "locked_at", "heartbeat_at", "lease_expires_at", "run_after", "eligible_at", "created_at",
+    "updated_at", "started_at", "finished_at",
+)  # fmt: skip
 
 
 def task_from_row(row: Row, codec: Codec) -> Task:
-    """A Task from a row of aq_tasks."""
-    time_in = codec.time_in
-    return Task(
-        id=codec.uuid_in(row["id"]),  # type: ignore[arg-type]
-        seq=row["seq"],
-        tenant=row["tenant"],
-        source=row["source"],
-        source_id=row["source_id"],
-        title=row["title"],
-        task_type=row["task_type"],
-        payload=codec.json_in(row["payload"]),
-        priority=row["priority"],
-        state=TaskState(row["state"]),
-        state_reason=row["state_reason"],
-        max_retries=row["max_retries"],
-        retry_count=row["retry_count"],
-        timeout_secs=row["timeout_secs"],
-        lock_token=codec.uuid_in(row["lock_token"]),
-        locked_at=time_in(row["locked_at"]),
-        heartbeat_at=time_in(row["heartbeat_at"]),
-        lease_expires_at=time_in(row["lease_expires_at"]),
-        assignee=row["assignee"],
-        assigned_to=row["assigned_to"],
-        depends_on=codec.uuids_in(row["depends_on"]),
-        idempotency_key=row["idempotency_key"],
-        callback_url=row["callback_url"],
-        checkpoint=codec.json_in(row["checkpoint"]),
-        tool_calls=tuple(codec.json_in(row["tool_calls"]) or ()),
-        result=codec.json_in(row["result"]),
-        error=row["error"],
-        requested_by=row["requested_by"],
-        approved_by=row["approved_by"],
-        run_after=time_in(row["run_after"]),
-        eligible_at=time_in(row["eligible_at"]),  # type: ignore[arg-type]
-        created_at=time_in(row["created_at"]),  # type: ignore[arg-type]
-        updated_at=time_in(row["updated_at"]),  # type: ignore[arg-type]
-        started_at=time_in(row["started_at"]),
-        finished_at=time_in(row["finished_at"]),
-        event_seq=row["event_seq"],
-        last_hash=row["last_hash"],
-    )
+    """A Task from a row of aq_tasks (every column, any order)."""
+    values = dict(row)  # type: ignore[call-overload]
+    values["state"] = TaskState(values["state"])
+    values["depends_on"] = codec.uuids_in(values["depends_on"])
+    values["tool_calls"] = tuple(codec.json_in(values["tool_calls"]) or ())
+    if not codec.native:
+        values["id"] = codec.uuid_in(values["id"])
+        values["lock_token"] = codec.uuid_in(values["lock_token"])
+        for name in _ROW_TIMES:
+            values[name] = codec.time_in(values[name])
+        for name in ("payload", "checkpoint", "result"):
+            values[name] = codec.json_in(values[name])
+    return Task.from_fields(values)
 
 
 def stored_event_from_row(row: Row, codec: Codec) -> StoredEvent:

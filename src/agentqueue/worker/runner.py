@@ -52,6 +52,9 @@ class WorkerOptions:
     poll_secs: float = 1.0
     cancel_grace_secs: float = 0.5
     scheduler_min_gap_secs: float = 0.05
+    claim_batch: int = 100
+    claims_in_flight: int = 2
+    flushes_in_flight: int = 2
 
 
 @dataclass
@@ -94,7 +97,10 @@ class Worker:
         self._logs: list[LogRecord] = []
         self._wake = asyncio.Event()
         self._flush = asyncio.Event()
-        self._flush_lock = asyncio.Lock()
+        self._flushing: set[asyncio.Task[None]] = set()
+        self._claiming: set[asyncio.Task[None]] = set()
+        self._reserved: dict[str, int] = {e.name: 0 for e in executors}
+        self._empty: set[str] = set()
         self._beat_now = asyncio.Event()
         self._scheduler_wake = asyncio.Event()
         self._stopping = False
@@ -144,20 +150,20 @@ class Worker:
         self.started.set()
         try:
             while not self._stopping:
-                claimed_all = await self._fill()
-                if claimed_all:
-                    continue  # there may be more waiting
-                with contextlib.suppress(TimeoutError):
+                self._fill()
+                try:
                     await asyncio.wait_for(self._wake.wait(), self.options.poll_secs)
+                except TimeoutError:
+                    self._empty.clear()  # the safety-net poll: look again everywhere
                 self._wake.clear()
             await self._drain()
         finally:
-            # Holding the flush lock, no flush is under way, so cancelling cannot cut one short.
-            async with self._flush_lock:
-                await self._flush_unlocked(attempts=10)
-                for job in background:
-                    job.cancel()
-                await asyncio.gather(*background, return_exceptions=True)
+            for job in background:
+                job.cancel()
+            await asyncio.gather(*background, *self._claiming, return_exceptions=True)
+            # No flush is started any more; finish those under way, then write what is left.
+            await asyncio.gather(*self._flushing, return_exceptions=True)
+            await self._flush_batches(attempts=10)
             for executor in self.executors:
                 close = getattr(executor, "close", None)
                 if close is not None:
@@ -165,29 +171,48 @@ class Worker:
             self._stopped.set()
             log.info("worker %s stopped: %s", self.id, self.stats)
 
-    async def _fill(self) -> bool:
-        """Claim for every executor with free slots; True if some claim was filled completely
-        (so more work may be waiting)."""
-        full = False
+    def _fill(self) -> None:
+        """Start claims for executors with free slots: batches of ``claim_batch``, at most
+        ``claims_in_flight`` at once, so the database works on one while the worker handles
+        another. An executor whose last claim came back short is left alone until new work
+        is announced."""
         for executor in self.executors:
-            free_total = self.options.concurrency - len(self._running)
-            if free_total <= 0 or self._stopping:
-                break
-            busy = sum(1 for r in self._running.values() if r.executor is executor)
-            free = min(executor.max_concurrent - busy, free_total)
-            if free <= 0:
-                continue
-            try:
-                tasks = await self.queue.claim(free, self.id, sorted(executor.task_types))
-            except AgentQueueError as exc:
-                log.warning("claim failed, will retry: %s", exc)
-                await asyncio.sleep(min(self.options.poll_secs, 1.0))
-                return False
-            self.stats["claimed"] += len(tasks)
-            for task in tasks:
-                self._start(task, executor)
-            full = full or len(tasks) == free
-        return full
+            while (
+                len(self._claiming) < self.options.claims_in_flight
+                and not self._stopping
+                and executor.name not in self._empty
+            ):
+                reserved = sum(self._reserved.values())
+                free_total = self.options.concurrency - len(self._running) - reserved
+                busy = sum(1 for r in self._running.values() if r.executor is executor)
+                free = min(
+                    executor.max_concurrent - busy - self._reserved[executor.name],
+                    free_total,
+                    self.options.claim_batch,
+                )
+                if free <= 0:
+                    break
+                self._reserved[executor.name] += free
+                job = asyncio.create_task(self._claim(executor, free))
+                self._claiming.add(job)
+                job.add_done_callback(self._claiming.discard)
+
+    async def _claim(self, executor: Executor, n: int) -> None:
+        try:
+            tasks = await self.queue.claim(n, self.id, sorted(executor.task_types))
+        except AgentQueueError as exc:
+            log.warning("claim failed, will retry: %s", exc)
+            self._empty.add(executor.name)  # until the next poll
+            return
+        finally:
+            self._reserved[executor.name] -= n
+        self.stats["claimed"] += len(tasks)
+        for task in tasks:
+            self._start(task, executor)
+        if len(tasks) < n:
+            self._empty.add(executor.name)
+            self._scheduler_wake.set()  # the queue ran dry here: admit what is pending
+        self._wake.set()
 
     def _start(self, task: Task, executor: Executor) -> None:
         deadline_in = float(task.timeout_secs)
@@ -237,12 +262,16 @@ class Worker:
         if result.end is AttemptEnd.CANCELLED:
             if control.cancel_reason == SHUTDOWN:
                 self.stats["released"] += 1
-                return Outcome(task.id, task.lock_token, OutcomeKind.RELEASED, reason=SHUTDOWN)
+                return Outcome(
+                    task.id, task.lock_token, OutcomeKind.RELEASED, reason=SHUTDOWN, claimed=task
+                )
             self.stats["revoked"] += 1
             return None
         if result.end is AttemptEnd.COMPLETED:
             self.stats["completed"] += 1
-            return Outcome(task.id, task.lock_token, OutcomeKind.COMPLETED, result=result.result)
+            return Outcome(
+                task.id, task.lock_token, OutcomeKind.COMPLETED, result=result.result, claimed=task
+            )
         self.stats["failed"] += 1
         return Outcome(
             task.id,
@@ -250,26 +279,37 @@ class Worker:
             OutcomeKind.FAILED,
             error=result.error or "failed",
             retryable=result.retryable or result.end is AttemptEnd.TIMED_OUT,
+            claimed=task,
         )
 
     # --- outcomes -----------------------------------------------------------------------------
 
     async def _flusher(self) -> None:
+        """Write outcomes as they come, in batches, with up to ``flushes_in_flight`` batches
+        being written at once (group commit: what arrives during a write makes the next
+        batch)."""
         while True:
             await self._flush.wait()
             self._flush.clear()
-            await self._flush_all()
+            while (self._outcomes or self._logs) and (
+                len(self._flushing) < self.options.flushes_in_flight
+            ):
+                job = asyncio.create_task(self._flush_batches(max_batches=1))
+                self._flushing.add(job)
+                job.add_done_callback(self._flushed)
 
-    async def _flush_all(self) -> None:
-        async with self._flush_lock:
-            await self._flush_unlocked()
+    def _flushed(self, job: asyncio.Task[None]) -> None:
+        self._flushing.discard(job)
+        if self._outcomes or self._logs:
+            self._flush.set()
 
-    async def _flush_unlocked(self, attempts: int | None = None) -> None:
-        """Write the outcomes and logs gathered so far, one transaction per batch (outcomes that
-        arrive meanwhile make the next batch: group commit). If the store is unreachable, keep
-        them and try again; ``attempts`` bounds that at shutdown."""
-        tries = 0
-        while self._outcomes or self._logs:
+    async def _flush_batches(
+        self, attempts: int | None = None, max_batches: int | None = None
+    ) -> None:
+        """Write the outcomes and logs gathered so far, one transaction per batch. If the store
+        is unreachable, keep them and try again; ``attempts`` bounds that at shutdown."""
+        tries = batches = 0
+        while (self._outcomes or self._logs) and (max_batches is None or batches < max_batches):
             batch, self._outcomes = self._outcomes[:500], self._outcomes[500:]
             logs, self._logs = self._logs[:2000], self._logs[2000:]
             try:
@@ -287,6 +327,7 @@ class Worker:
                 log.warning("could not record %d outcomes, will retry: %s", len(batch), exc)
                 await asyncio.sleep(1.0)
                 continue
+            batches += 1
             for task_id, answer in done.items():
                 if isinstance(answer, Refusal):
                     log.info("outcome for task %s not recorded: %s", task_id, answer.message)
@@ -359,7 +400,11 @@ class Worker:
         if notice.channel != CHANNEL_QUEUED:
             self._scheduler_wake.set()
         if notice.channel != CHANNEL_PENDING:
-            self._wake.set()
+            self._work_arrived()
+
+    def _work_arrived(self) -> None:
+        self._empty.clear()
+        self._wake.set()
 
     # --- scheduler steps ----------------------------------------------------------------------
 
@@ -370,7 +415,9 @@ class Worker:
             try:
                 report = await self.queue.tick()
                 if report.admitted:
-                    self._wake.set()
+                    self._work_arrived()
+                if report.more:
+                    continue  # admission was cut at its batch size: go on at once
             except AgentQueueError as exc:
                 log.warning("scheduler step failed: %s", exc)
             await asyncio.sleep(self.options.scheduler_min_gap_secs)

@@ -1,80 +1,84 @@
 -- Named queries for PostgreSQL (psycopg 3, %(name)s parameters).
--- Bulk statements take one array per column and unnest them: one round trip per batch.
+-- Bulk statements take one JSON array of row objects: one parameter, one round trip per batch
+-- (parsing one JSON document is far cheaper, on both sides, than one typed array per column).
 
 -- name: insert_tasks
-WITH v AS (
-    SELECT * FROM unnest(
-        %(id)s::uuid[], %(tenant)s::text[], %(source)s::text[], %(source_id)s::text[],
-        %(title)s::text[], %(task_type)s::text[], %(payload)s::jsonb[], %(priority)s::smallint[],
-        %(state)s::text[], %(max_retries)s::smallint[], %(timeout_secs)s::integer[],
-        %(assignee)s::text[], %(depends_on)s::text[], %(idempotency_key)s::text[],
-        %(callback_url)s::text[], %(requested_by)s::text[], %(run_after)s::timestamptz[],
-        %(eligible_at)s::timestamptz[], %(created_at)s::timestamptz[],
-        %(event_seq)s::integer[], %(last_hash)s::text[]
-    ) WITH ORDINALITY AS v(id, tenant, source, source_id, title, task_type, payload, priority,
-        state, max_retries, timeout_secs, assignee, depends_on, idempotency_key, callback_url,
-        requested_by, run_after, eligible_at, created_at, event_seq, last_hash, ord)
-), ins AS (
+WITH ins AS (
     INSERT INTO aq_tasks (id, tenant, source, source_id, title, task_type, payload, priority,
         state, max_retries, timeout_secs, assignee, depends_on, idempotency_key, callback_url,
         requested_by, run_after, eligible_at, created_at, updated_at, event_seq, last_hash)
-    SELECT id, tenant, source, source_id, title, task_type, payload, priority,
-        state, max_retries, timeout_secs, assignee, depends_on::uuid[], idempotency_key,
-        callback_url, requested_by, run_after, eligible_at, created_at, created_at, event_seq,
-        last_hash
-    FROM v ORDER BY ord
+    SELECT r.id, r.tenant, r.source, r.source_id, r.title, r.task_type, r.payload, r.priority,
+        r.state, r.max_retries, r.timeout_secs, r.assignee,
+        ARRAY(SELECT jsonb_array_elements_text(r.depends_on))::uuid[], r.idempotency_key,
+        r.callback_url, r.requested_by, r.run_after, r.eligible_at, r.created_at, r.created_at,
+        r.event_seq, r.last_hash
+    FROM ROWS FROM (json_to_recordset(%(rows)s::json) AS (id uuid, tenant text,
+        source text, source_id text, title text, task_type text, payload jsonb,
+        priority smallint, state text, max_retries smallint, timeout_secs integer,
+        assignee text, depends_on jsonb, idempotency_key text, callback_url text,
+        requested_by text, run_after timestamptz, eligible_at timestamptz,
+        created_at timestamptz, event_seq integer, last_hash text))
+        WITH ORDINALITY AS r(id, tenant, source, source_id, title, task_type, payload, priority,
+        state, max_retries, timeout_secs, assignee, depends_on, idempotency_key, callback_url,
+        requested_by, run_after, eligible_at, created_at, event_seq, last_hash, ord)
+    ORDER BY r.ord
     ON CONFLICT DO NOTHING
     RETURNING id, seq
 ), ev AS (
     INSERT INTO aq_events (task_id, seq, tenant, at, from_state, to_state, action, actor,
         reason, data, hash)
-    SELECT e.* FROM unnest(
-        %(e_task_id)s::uuid[], %(e_seq)s::integer[], %(e_tenant)s::text[],
-        %(e_at)s::timestamptz[], %(e_from)s::text[], %(e_to)s::text[], %(e_action)s::text[],
-        %(e_actor)s::text[], %(e_reason)s::text[], %(e_data)s::json[], %(e_hash)s::text[]
-    ) AS e(task_id, seq, tenant, at, from_state, to_state, action, actor, reason, data, hash)
-    WHERE e.task_id IN (SELECT id FROM ins)
+    SELECT e.e_task_id, e.e_seq, e.e_tenant, e.e_at, e.e_from, e.e_to, e.e_action, e.e_actor,
+        e.e_reason, e.e_data::json, e.e_hash
+    FROM json_to_recordset(%(events)s::json) AS e(e_task_id uuid, e_seq integer, e_tenant text,
+        e_at timestamptz, e_from text, e_to text, e_action text, e_actor text, e_reason text,
+        e_data text, e_hash text)
+    WHERE e.e_task_id IN (SELECT id FROM ins)
 )
 SELECT id, seq FROM ins
 
 -- name: apply
+-- Each row of %(rows)s names a task, its guard (expected state and audit position) and only the
+-- columns the change sets: a key that is absent leaves its column alone.
 WITH v AS (
-    SELECT * FROM unnest(
-        %(id)s::uuid[], %(expected_state)s::text[], %(expected_seq)s::integer[],
-        %(state)s::text[], %(state_reason)s::text[], %(priority)s::smallint[],
-        %(retry_count)s::smallint[], %(lock_token)s::uuid[], %(locked_at)s::timestamptz[],
-        %(heartbeat_at)s::timestamptz[], %(lease_expires_at)s::timestamptz[],
-        %(assignee)s::text[], %(assigned_to)s::text[], %(checkpoint)s::jsonb[],
-        %(tool_calls)s::jsonb[], %(result)s::jsonb[], %(error)s::text[], %(approved_by)s::text[],
-        %(run_after)s::timestamptz[], %(eligible_at)s::timestamptz[],
-        %(started_at)s::timestamptz[], %(finished_at)s::timestamptz[],
-        %(updated_at)s::timestamptz[], %(event_seq)s::integer[], %(last_hash)s::text[]
-    ) AS v(id, expected_state, expected_seq, state, state_reason, priority, retry_count,
-        lock_token, locked_at, heartbeat_at, lease_expires_at, assignee, assigned_to, checkpoint,
-        tool_calls, result, error, approved_by, run_after, eligible_at, started_at, finished_at,
-        updated_at, event_seq, last_hash)
+    SELECT d FROM jsonb_array_elements(%(rows)s::jsonb) AS d
 ), u AS (
     UPDATE aq_tasks t SET
-        state = v.state, state_reason = v.state_reason, priority = v.priority,
-        retry_count = v.retry_count, lock_token = v.lock_token, locked_at = v.locked_at,
-        heartbeat_at = v.heartbeat_at, lease_expires_at = v.lease_expires_at,
-        assignee = v.assignee, assigned_to = v.assigned_to, checkpoint = v.checkpoint,
-        tool_calls = v.tool_calls, result = v.result, error = v.error,
-        approved_by = v.approved_by, run_after = v.run_after, eligible_at = v.eligible_at,
-        started_at = v.started_at, finished_at = v.finished_at, updated_at = v.updated_at,
-        event_seq = v.event_seq, last_hash = v.last_hash
+        state = v.d ->> 'state',
+        state_reason = CASE WHEN v.d ? 'state_reason' THEN v.d ->> 'state_reason' ELSE t.state_reason END,
+        priority = CASE WHEN v.d ? 'priority' THEN (v.d ->> 'priority')::smallint ELSE t.priority END,
+        retry_count = CASE WHEN v.d ? 'retry_count' THEN (v.d ->> 'retry_count')::smallint ELSE t.retry_count END,
+        lock_token = CASE WHEN v.d ? 'lock_token' THEN (v.d ->> 'lock_token')::uuid ELSE t.lock_token END,
+        locked_at = CASE WHEN v.d ? 'locked_at' THEN (v.d ->> 'locked_at')::timestamptz ELSE t.locked_at END,
+        heartbeat_at = CASE WHEN v.d ? 'heartbeat_at' THEN (v.d ->> 'heartbeat_at')::timestamptz ELSE t.heartbeat_at END,
+        lease_expires_at = CASE WHEN v.d ? 'lease_expires_at' THEN (v.d ->> 'lease_expires_at')::timestamptz ELSE t.lease_expires_at END,
+        assignee = CASE WHEN v.d ? 'assignee' THEN v.d ->> 'assignee' ELSE t.assignee END,
+        assigned_to = CASE WHEN v.d ? 'assigned_to' THEN v.d ->> 'assigned_to' ELSE t.assigned_to END,
+        checkpoint = CASE WHEN v.d ? 'checkpoint' THEN NULLIF(v.d -> 'checkpoint', 'null'::jsonb) ELSE t.checkpoint END,
+        tool_calls = CASE WHEN v.d ? 'tool_calls' THEN v.d -> 'tool_calls' ELSE t.tool_calls END,
+        result = CASE WHEN v.d ? 'result' THEN NULLIF(v.d -> 'result', 'null'::jsonb) ELSE t.result END,
+        error = CASE WHEN v.d ? 'error' THEN v.d ->> 'error' ELSE t.error END,
+        approved_by = CASE WHEN v.d ? 'approved_by' THEN v.d ->> 'approved_by' ELSE t.approved_by END,
+        run_after = CASE WHEN v.d ? 'run_after' THEN (v.d ->> 'run_after')::timestamptz ELSE t.run_after END,
+        eligible_at = CASE WHEN v.d ? 'eligible_at' THEN (v.d ->> 'eligible_at')::timestamptz ELSE t.eligible_at END,
+        started_at = CASE WHEN v.d ? 'started_at' THEN (v.d ->> 'started_at')::timestamptz ELSE t.started_at END,
+        finished_at = CASE WHEN v.d ? 'finished_at' THEN (v.d ->> 'finished_at')::timestamptz ELSE t.finished_at END,
+        updated_at = (v.d ->> 'updated_at')::timestamptz,
+        event_seq = (v.d ->> 'event_seq')::integer,
+        last_hash = v.d ->> 'last_hash'
     FROM v
-    WHERE t.id = v.id AND t.state = v.expected_state AND t.event_seq = v.expected_seq
+    WHERE t.id = (v.d ->> 'id')::uuid
+      AND t.state = v.d ->> 'expected_state'
+      AND t.event_seq = (v.d ->> 'expected_seq')::integer
     RETURNING t.id
 ), ev AS (
     INSERT INTO aq_events (task_id, seq, tenant, at, from_state, to_state, action, actor,
         reason, data, hash)
-    SELECT e.* FROM unnest(
-        %(e_task_id)s::uuid[], %(e_seq)s::integer[], %(e_tenant)s::text[],
-        %(e_at)s::timestamptz[], %(e_from)s::text[], %(e_to)s::text[], %(e_action)s::text[],
-        %(e_actor)s::text[], %(e_reason)s::text[], %(e_data)s::json[], %(e_hash)s::text[]
-    ) AS e(task_id, seq, tenant, at, from_state, to_state, action, actor, reason, data, hash)
-    WHERE e.task_id IN (SELECT id FROM u)
+    SELECT e.e_task_id, e.e_seq, e.e_tenant, e.e_at, e.e_from, e.e_to, e.e_action, e.e_actor,
+        e.e_reason, e.e_data::json, e.e_hash
+    FROM json_to_recordset(%(events)s::json) AS e(e_task_id uuid, e_seq integer, e_tenant text,
+        e_at timestamptz, e_from text, e_to text, e_action text, e_actor text, e_reason text,
+        e_data text, e_hash text)
+    WHERE e.e_task_id IN (SELECT id FROM u)
 )
 SELECT id FROM u
 
@@ -83,45 +87,6 @@ SELECT * FROM aq_tasks
 WHERE id = ANY(%(ids)s::uuid[]) AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
 ORDER BY id
 FOR UPDATE
-
--- name: lock_claimable
--- The best tasks by (lane, aged priority, eligible_at, seq) are among the first `limit` of each
--- priority level, so ten short index scans replace a sort of the whole queue (R4).
-SELECT t.* FROM generate_series(0, 9) AS lv(priority)
-CROSS JOIN LATERAL (
-    SELECT * FROM aq_tasks
-    WHERE state = 'queued' AND priority = lv.priority
-      AND (%(task_types)s::text[] IS NULL OR task_type = ANY(%(task_types)s::text[]))
-    ORDER BY eligible_at, seq
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-) t
-ORDER BY
-    (t.priority <> 0),
-    CASE WHEN t.priority = 0 THEN 0 ELSE GREATEST(1, t.priority - floor(
-        GREATEST(0, extract(epoch FROM (%(now)s::timestamptz - t.eligible_at)))
-        / %(aging_secs)s)::integer) END,
-    t.eligible_at, t.seq
-LIMIT %(limit)s
-
--- name: lock_admissible
-SELECT t.* FROM generate_series(0, 9) AS lv(priority)
-CROSS JOIN LATERAL (
-    SELECT * FROM aq_tasks
-    WHERE state = 'pending' AND priority = lv.priority
-      AND (run_after IS NULL OR run_after <= %(now)s)
-      AND cardinality(depends_on) = 0
-    ORDER BY eligible_at, seq
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-) t
-ORDER BY
-    (t.priority <> 0),
-    CASE WHEN t.priority = 0 THEN 0 ELSE GREATEST(1, t.priority - floor(
-        GREATEST(0, extract(epoch FROM (%(now)s::timestamptz - t.eligible_at)))
-        / %(aging_secs)s)::integer) END,
-    t.eligible_at, t.seq
-LIMIT %(limit)s
 
 -- name: lock_lapsed
 SELECT * FROM aq_tasks
@@ -143,7 +108,7 @@ UPDATE aq_tasks t SET
     lease_expires_at = LEAST(
         %(now)s::timestamptz + make_interval(secs => %(ttl_secs)s),
         t.locked_at + make_interval(secs => t.timeout_secs + %(grace_secs)s))
-FROM unnest(%(ids)s::uuid[], %(tokens)s::uuid[]) AS v(id, token)
+FROM json_to_recordset(%(rows)s::json) AS v(id uuid, token uuid)
 WHERE t.id = v.id AND t.lock_token = v.token AND t.state = 'executing'
 RETURNING t.id
 
@@ -215,10 +180,8 @@ SELECT pg_notify(%(channel)s, %(payload)s)
 
 -- name: insert_logs
 INSERT INTO aq_task_logs (task_id, tenant, attempt, stream, at, text, truncated)
-SELECT * FROM unnest(
-    %(task_id)s::uuid[], %(tenant)s::text[], %(attempt)s::integer[], %(stream)s::text[],
-    %(at)s::timestamptz[], %(text)s::text[], %(truncated)s::boolean[]
-)
+SELECT * FROM json_to_recordset(%(rows)s::json) AS r(task_id uuid, tenant text,
+    attempt integer, stream text, at timestamptz, text text, truncated boolean)
 
 -- name: logs
 SELECT task_id, tenant, attempt, stream, at, text, truncated FROM aq_task_logs
@@ -227,3 +190,132 @@ ORDER BY id
 
 -- name: listen
 LISTEN {channel}
+
+-- The hot transitions, applied to a whole batch in one statement each. They implement exactly
+-- what domain/states.py decides for ADMIT, CLAIM and COMPLETE (see BULK_ACTIONS there; tests hold
+-- the two to the same result), and extend each task's audit chain with aq_event_hash().
+
+-- name: claim
+WITH picked AS (
+    SELECT t.ctid FROM generate_series(0, 9) AS lv(priority)
+    CROSS JOIN LATERAL (
+        SELECT ctid, priority, eligible_at, seq FROM aq_tasks
+        WHERE state = 'queued' AND priority = lv.priority
+          AND (%(task_types)s::text[] IS NULL OR task_type = ANY(%(task_types)s::text[]))
+        ORDER BY eligible_at, seq
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) t
+    ORDER BY
+        (t.priority <> 0),
+        CASE WHEN t.priority = 0 THEN 0 ELSE GREATEST(1, t.priority - floor(
+            GREATEST(0, extract(epoch FROM (%(now)s::timestamptz - t.eligible_at)))
+            / %(aging_secs)s)::integer) END,
+        t.eligible_at, t.seq
+    LIMIT %(limit)s
+), upd AS (
+    UPDATE aq_tasks t SET
+        state = 'executing',
+        lock_token = gen_random_uuid(),
+        locked_at = %(now)s,
+        heartbeat_at = %(now)s,
+        lease_expires_at = %(now)s::timestamptz
+            + make_interval(secs => LEAST(%(ttl_secs)s, t.timeout_secs + %(grace_secs)s)),
+        assigned_to = %(worker)s,
+        started_at = %(now)s,
+        state_reason = NULL,
+        updated_at = %(now)s,
+        event_seq = t.event_seq + 1,
+        last_hash = aq_event_hash(t.last_hash, t.id, t.tenant, t.event_seq + 1, %(tail)s)
+    -- The guard is the pick: it locked rows it saw queued (re-checked under the lock), so their
+    -- ctid is stable and the update is a TID scan, whatever the planner's statistics say.
+    WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM picked))
+    RETURNING t.*
+), ev AS (
+    INSERT INTO aq_events (task_id, seq, tenant, at, from_state, to_state, action, actor,
+        reason, data, hash)
+    SELECT u.id, u.event_seq, u.tenant, %(now)s, 'queued', 'executing', 'claim', %(worker)s, '',
+        %(data)s::json, u.last_hash
+    FROM upd u
+)
+SELECT * FROM upd
+ORDER BY
+    (priority <> 0),
+    CASE WHEN priority = 0 THEN 0 ELSE GREATEST(1, priority - floor(
+        GREATEST(0, extract(epoch FROM (%(now)s::timestamptz - eligible_at)))
+        / %(aging_secs)s)::integer) END,
+    eligible_at, seq
+
+-- name: admit
+WITH picked AS (
+    SELECT t.ctid FROM generate_series(0, 9) AS lv(priority)
+    CROSS JOIN LATERAL (
+        SELECT ctid, priority, eligible_at, seq FROM aq_tasks
+        WHERE state = 'pending' AND priority = lv.priority
+          AND (run_after IS NULL OR run_after <= %(now)s)
+          AND cardinality(depends_on) = 0
+        ORDER BY eligible_at, seq
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) t
+    ORDER BY
+        (t.priority <> 0),
+        CASE WHEN t.priority = 0 THEN 0 ELSE GREATEST(1, t.priority - floor(
+            GREATEST(0, extract(epoch FROM (%(now)s::timestamptz - t.eligible_at)))
+            / %(aging_secs)s)::integer) END,
+        t.eligible_at, t.seq
+    LIMIT %(limit)s
+), upd AS (
+    UPDATE aq_tasks t SET
+        state = 'queued',
+        state_reason = NULL,
+        updated_at = %(now)s,
+        event_seq = t.event_seq + 1,
+        last_hash = aq_event_hash(t.last_hash, t.id, t.tenant, t.event_seq + 1, %(tail)s)
+    WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM picked))
+    RETURNING t.id, t.tenant, t.event_seq, t.last_hash, t.priority, t.eligible_at, t.seq
+), ev AS (
+    INSERT INTO aq_events (task_id, seq, tenant, at, from_state, to_state, action, actor,
+        reason, data, hash)
+    SELECT u.id, u.event_seq, u.tenant, %(now)s, 'pending', 'queued', 'admit', %(actor)s, '',
+        %(data)s::json, u.last_hash
+    FROM upd u
+)
+SELECT id FROM upd
+ORDER BY
+    (priority <> 0),
+    CASE WHEN priority = 0 THEN 0 ELSE GREATEST(1, priority - floor(
+        GREATEST(0, extract(epoch FROM (%(now)s::timestamptz - eligible_at)))
+        / %(aging_secs)s)::integer) END,
+    eligible_at, seq
+
+-- name: complete
+-- Fenced: only rows still executing under the reported lock_token are completed.
+WITH v AS (
+    SELECT * FROM json_to_recordset(%(rows)s::json) AS v(id uuid, token uuid, result jsonb)
+), upd AS (
+    UPDATE aq_tasks t SET
+        state = 'completed',
+        result = v.result,
+        error = NULL,
+        state_reason = NULL,
+        finished_at = %(now)s,
+        lock_token = NULL,
+        locked_at = NULL,
+        heartbeat_at = NULL,
+        lease_expires_at = NULL,
+        assigned_to = NULL,
+        updated_at = %(now)s,
+        event_seq = t.event_seq + 1,
+        last_hash = aq_event_hash(t.last_hash, t.id, t.tenant, t.event_seq + 1, %(tail)s)
+    FROM v
+    WHERE t.id = v.id AND t.state = 'executing' AND t.lock_token = v.token
+    RETURNING t.id, t.tenant, t.event_seq, t.last_hash
+), ev AS (
+    INSERT INTO aq_events (task_id, seq, tenant, at, from_state, to_state, action, actor,
+        reason, data, hash)
+    SELECT u.id, u.event_seq, u.tenant, %(now)s, 'executing', 'completed', 'complete',
+        %(actor)s, '', %(data)s::json, u.last_hash
+    FROM upd u
+)
+SELECT id, event_seq, last_hash FROM upd

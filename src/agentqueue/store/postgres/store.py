@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
@@ -16,17 +17,17 @@ from psycopg_pool import AsyncConnectionPool
 from ...domain.audit import StoredEvent
 from ...domain.errors import StoreError
 from ...domain.models import Event, LogRecord, Task
-from ...domain.states import TaskState
+from ...domain.states import BulkEvent, TaskState
 from ..base import AuditSnapshot, Change, DedupKey, Lease, NewTask, Notice, TaskFilter, TaskHead
 from ..migrate import Migration, latest_version, run_migrations
 from ..rows import (
     Codec,
-    change_columns,
-    event_columns,
+    change_rows,
     event_from_row,
-    log_columns,
+    event_rows,
     log_from_row,
-    new_task_columns,
+    log_rows,
+    new_task_rows,
     stored_event_from_row,
 )
 from ..rows import task_from_row as _task_from_row
@@ -34,7 +35,16 @@ from ..sqlfile import load_queries
 
 Q = load_queries("postgres")
 
-CODEC = Codec(uuids_out=lambda ids: "{" + ",".join(str(i) for i in ids) + "}")
+CODEC = Codec(
+    time_out=lambda t: t.isoformat(),
+    uuid_out=str,
+    uuids_out=lambda ids: [str(i) for i in ids],
+    json_out=lambda value: value,  # embedded as is in the JSON document
+)
+
+
+def _doc(rows: object) -> str:
+    return json.dumps(rows, separators=(",", ":"), ensure_ascii=False)
 
 
 def task_from_row(row: dict[str, Any]) -> Task:
@@ -56,22 +66,61 @@ class PostgresTx:
         """Lock and return the tasks with these ids."""
         return await self._tasks("lock_tasks", {"ids": list(ids), "tenant": tenant})
 
-    async def lock_claimable(
-        self, limit: int, task_types: Sequence[str] | None, now: datetime, aging_secs: float
+    async def claim(
+        self,
+        limit: int,
+        task_types: Sequence[str] | None,
+        now: datetime,
+        aging_secs: float,
+        ttl_secs: float,
+        grace_secs: float,
+        event: BulkEvent,
     ) -> list[Task]:
-        """Queued tasks in claim order, skipping locked rows."""
+        """One statement: pick, lock, update, record events, return the rows."""
         params = {
             "limit": limit,
             "task_types": list(task_types) if task_types is not None else None,
             "now": now,
             "aging_secs": aging_secs,
+            "worker": event.actor,
+            "ttl_secs": ttl_secs,
+            "grace_secs": grace_secs,
+            "tail": event.tail,
+            "data": event.data_text,
         }
-        return await self._tasks("lock_claimable", params)
+        return await self._tasks("claim", params)
 
-    async def lock_admissible(self, limit: int, now: datetime, aging_secs: float) -> list[Task]:
-        """Pending tasks that may be admitted now."""
-        params = {"limit": limit, "now": now, "aging_secs": aging_secs}
-        return await self._tasks("lock_admissible", params)
+    async def admit(
+        self, limit: int, now: datetime, aging_secs: float, event: BulkEvent
+    ) -> list[UUID]:
+        """One statement: pick, lock, update, record events."""
+        params = {
+            "limit": limit,
+            "now": now,
+            "aging_secs": aging_secs,
+            "actor": event.actor,
+            "tail": event.tail,
+            "data": event.data_text,
+        }
+        cur = await self._conn.execute(Q["admit"], params, prepare=True)
+        return [row["id"] for row in await cur.fetchall()]
+
+    async def complete(
+        self, items: Sequence[tuple[UUID, UUID, Any]], now: datetime, event: BulkEvent
+    ) -> dict[UUID, tuple[int, str]]:
+        """One statement for the whole batch; rows whose lease moved on are left alone."""
+        if not items:
+            return {}
+        rows = _doc([{"id": str(i), "token": str(t), "result": r} for i, t, r in items])
+        params = {
+            "rows": rows,
+            "now": now,
+            "actor": event.actor,
+            "tail": event.tail,
+            "data": event.data_text,
+        }
+        cur = await self._conn.execute(Q["complete"], params, prepare=True)
+        return {row["id"]: (row["event_seq"], row["last_hash"]) for row in await cur.fetchall()}
 
     async def lock_lapsed(self, limit: int, now: datetime) -> list[Task]:
         """Executing tasks whose lease ran out."""
@@ -84,7 +133,8 @@ class PostgresTx:
     async def insert_logs(self, records: Sequence[LogRecord]) -> None:
         """Bulk insert of captured output."""
         if records:
-            await self._conn.execute(Q["insert_logs"], log_columns(records, CODEC), prepare=True)
+            rows = _doc(log_rows(records, CODEC))
+            await self._conn.execute(Q["insert_logs"], {"rows": rows}, prepare=True)
 
     async def notify(self, channel: str, payload: str = "") -> None:
         """NOTIFY, delivered when the transaction commits."""
@@ -94,8 +144,10 @@ class PostgresTx:
         """Guarded bulk update plus bulk event insert, in one statement."""
         if not changes:
             return set()
-        params: dict[str, Any] = change_columns(changes, CODEC)
-        params.update(event_columns([c.event for c in changes], CODEC))
+        params = {
+            "rows": _doc(change_rows(changes, CODEC)),
+            "events": _doc(event_rows([c.event for c in changes], CODEC)),
+        }
         cur = await self._conn.execute(Q["apply"], params, prepare=True)
         return {row["id"] for row in await cur.fetchall()}
 
@@ -180,8 +232,10 @@ class PostgresStore:
         """Bulk insert with ON CONFLICT DO NOTHING; creation events only for inserted rows."""
         if not new:
             return {}
-        params: dict[str, Any] = new_task_columns(new, CODEC)
-        params.update(event_columns([n.event for n in new], CODEC))
+        params = {
+            "rows": _doc(new_task_rows(new, CODEC)),
+            "events": _doc(event_rows([n.event for n in new], CODEC)),
+        }
         async with self._pool.connection() as conn:
             cur = await conn.execute(Q["insert_tasks"], params, prepare=True)
             return {row["id"]: row["seq"] for row in await cur.fetchall()}
@@ -193,8 +247,7 @@ class PostgresStore:
         if not leases:
             return set()
         params = {
-            "ids": [lease.task_id for lease in leases],
-            "tokens": [lease.lock_token for lease in leases],
+            "rows": _doc([{"id": str(x.task_id), "token": str(x.lock_token)} for x in leases]),
             "now": now,
             "ttl_secs": ttl_secs,
             "grace_secs": grace_secs,

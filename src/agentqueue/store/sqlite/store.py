@@ -14,15 +14,16 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
-from uuid import UUID
+from uuid import UUID, uuid4
 
-from ...domain.audit import StoredEvent
+from ...domain.audit import StoredEvent, chain_hash
 from ...domain.errors import InvalidInput, StoreError
 from ...domain.models import Event, LogRecord, Task
-from ...domain.states import TaskState
+from ...domain.priority import order_key
+from ...domain.states import BulkEvent, TaskState
 from ..base import (
     CHANNEL_CHANGED,
     AuditSnapshot,
@@ -37,13 +38,12 @@ from ..base import (
 from ..migrate import Migration, latest_version, run_migrations
 from ..rows import (
     Codec,
-    change_columns,
-    event_columns,
+    change_rows,
     event_from_row,
-    log_columns,
+    event_rows,
     log_from_row,
-    new_task_columns,
-    rows_of,
+    log_rows,
+    new_task_rows,
     stored_event_from_row,
     task_from_row,
     task_head_from_row,
@@ -70,6 +70,12 @@ def from_micros(value: int | None) -> datetime | None:
     return datetime.fromtimestamp(value // 1_000_000, UTC).replace(microsecond=value % 1_000_000)
 
 
+def register_functions(conn: sqlite3.Connection) -> None:
+    """The domain's audit hash and a UUID maker, for the set-wise hot transitions."""
+    conn.create_function("aq_event_hash", 5, chain_hash, deterministic=True)
+    conn.create_function("aq_uuid", 0, lambda: str(uuid4()))
+
+
 def _json_in(value: str | None) -> Any:
     return None if value is None else json.loads(value)
 
@@ -82,6 +88,7 @@ CODEC = Codec(
     uuids_out=lambda ids: json.dumps([str(i) for i in ids]),
     uuids_in=lambda text: tuple(UUID(s) for s in json.loads(text)),
     json_in=_json_in,
+    native=False,
 )
 
 
@@ -117,6 +124,7 @@ class _Conn:
         )
         try:
             conn.row_factory = sqlite3.Row
+            register_functions(conn)
             conn.execute(f"PRAGMA busy_timeout = {int(self._busy)}")
             self._enter_wal(conn)
             conn.execute(f"PRAGMA synchronous = {self._sync}")
@@ -175,26 +183,99 @@ class SQLiteTx:
         params = {"ids": _dump([str(i) for i in ids]), "tenant": tenant}
         return await self._conn.run(lambda c: _tasks(c, "lock_tasks", params))
 
-    async def lock_claimable(
-        self, limit: int, task_types: Sequence[str] | None, now: datetime, aging_secs: float
+    async def claim(
+        self,
+        limit: int,
+        task_types: Sequence[str] | None,
+        now: datetime,
+        aging_secs: float,
+        ttl_secs: float,
+        grace_secs: float,
+        event: BulkEvent,
     ) -> list[Task]:
-        """Queued tasks in claim order."""
+        """Update the picked rows, then record their events from the rows as written."""
+        worker = event.actor
         params = {
             "limit": limit,
             "task_types": _dump(list(task_types)) if task_types is not None else None,
             "now": to_micros(now),
             "aging_us": max(1, int(aging_secs * 1_000_000)),
+            "worker": worker,
+            "ttl_us": int(ttl_secs * 1_000_000),
+            "grace_us": int(grace_secs * 1_000_000),
+            "tail": event.tail,
         }
-        return await self._conn.run(lambda c: _tasks(c, "lock_claimable", params))
 
-    async def lock_admissible(self, limit: int, now: datetime, aging_secs: float) -> list[Task]:
-        """Pending tasks that may be admitted now."""
+        def run(c: sqlite3.Connection) -> list[Task]:
+            tasks = [task_from_row(row, CODEC) for row in c.execute(Q["claim"], params)]
+            if tasks:
+                ids = _dump([str(t.id) for t in tasks])
+                c.execute(
+                    Q["claim_events"],
+                    {"ids": ids, "now": params["now"], "worker": worker, "data": event.data_text},
+                )
+            return sorted(tasks, key=lambda t: order_key(t.priority, t.eligible_at, t.seq, now,
+                                                          aging_secs))  # fmt: skip
+
+        return await self._conn.run(run)
+
+    async def admit(
+        self, limit: int, now: datetime, aging_secs: float, event: BulkEvent
+    ) -> list[UUID]:
+        """Update the picked rows, then record their events."""
+        actor = event.actor
         params = {
             "limit": limit,
             "now": to_micros(now),
             "aging_us": max(1, int(aging_secs * 1_000_000)),
+            "tail": event.tail,
         }
-        return await self._conn.run(lambda c: _tasks(c, "lock_admissible", params))
+
+        def run(c: sqlite3.Connection) -> list[UUID]:
+            rows = c.execute(Q["admit"], params).fetchall()
+            if not rows:
+                return []
+            ids = [row["id"] for row in rows]
+            c.execute(
+                Q["admit_events"],
+                {"ids": _dump(ids), "now": params["now"], "actor": actor, "data": event.data_text},
+            )
+            rows.sort(
+                key=lambda r: order_key(
+                    r["priority"],
+                    _EPOCH + timedelta(microseconds=r["eligible_at"]),
+                    r["seq"],
+                    now,
+                    aging_secs,
+                )
+            )
+            return [UUID(row["id"]) for row in rows]
+
+        return await self._conn.run(run)
+
+    async def complete(
+        self, items: Sequence[tuple[UUID, UUID, Any]], now: datetime, event: BulkEvent
+    ) -> dict[UUID, tuple[int, str]]:
+        """Complete the rows whose lease holds, then record their events."""
+        if not items:
+            return {}
+        rows = _dump(
+            [{"id": str(i), "token": str(t), "result": CODEC.json_out(r)} for i, t, r in items]
+        )
+        at = to_micros(now)
+
+        def run(c: sqlite3.Connection) -> dict[UUID, tuple[int, str]]:
+            params = {"rows": rows, "now": at, "tail": event.tail}
+            done = c.execute(Q["complete"], params).fetchall()
+            if done:
+                ids = _dump([row["id"] for row in done])
+                c.execute(
+                    Q["complete_events"],
+                    {"ids": ids, "now": at, "actor": event.actor, "data": event.data_text},
+                )
+            return {UUID(row["id"]): (row["event_seq"], row["last_hash"]) for row in done}
+
+        return await self._conn.run(run)
 
     async def lock_lapsed(self, limit: int, now: datetime) -> list[Task]:
         """Executing tasks whose lease ran out."""
@@ -209,7 +290,7 @@ class SQLiteTx:
     async def insert_logs(self, records: Sequence[LogRecord]) -> None:
         """Bulk insert of captured output."""
         if records:
-            rows = _dump(rows_of(log_columns(records, CODEC)))
+            rows = _dump(log_rows(records, CODEC))
             await self._conn.run(lambda c: c.execute(Q["insert_logs"], {"rows": rows}))
 
     async def notify(self, channel: str, payload: str = "") -> None:
@@ -219,8 +300,8 @@ class SQLiteTx:
         """Guarded bulk update, then the events of the rows written."""
         if not changes:
             return set()
-        rows = _dump(rows_of(change_columns(changes, CODEC)))
-        events = _dump(rows_of(event_columns([ch.event for ch in changes], CODEC)))
+        rows = _dump(change_rows(changes, CODEC))
+        events = _dump(event_rows([ch.event for ch in changes], CODEC))
 
         def run(c: sqlite3.Connection) -> set[UUID]:
             written = [row[0] for row in c.execute(Q["apply"], {"rows": rows}).fetchall()]
@@ -319,8 +400,8 @@ class SQLiteStore:
         """Insert what does not conflict, with creation events, in one transaction."""
         if not new:
             return {}
-        rows = _dump(rows_of(new_task_columns(new, CODEC)))
-        events = _dump(rows_of(event_columns([n.event for n in new], CODEC)))
+        rows = _dump(new_task_rows(new, CODEC))
+        events = _dump(event_rows([n.event for n in new], CODEC))
 
         def run(c: sqlite3.Connection) -> dict[UUID, int]:
             written = {row[0]: row[1] for row in c.execute(Q["insert_tasks"], {"rows": rows})}
