@@ -312,6 +312,10 @@ class AsyncQueue:
         found = {t.id: t for t in await self._rt.store.get_tasks(ids)}
         return [found[i] for i in ids if i in found]
 
+    async def admit_ids(self, limit: int = maintenance.ADMIT_BATCH) -> list[UUID]:
+        """Like :meth:`admit`, returning only the ids (what the scheduler loop needs)."""
+        return await maintenance.admit(await self._ready(), limit)
+
     async def reclaim_lapsed(self, limit: int = 500) -> list[Task]:
         """Take back executing tasks whose lease lapsed or whose attempt timed out."""
         return await maintenance.reclaim_lapsed(await self._ready(), limit)

@@ -118,9 +118,8 @@ async def test_complete_with_a_stale_token_writes_nothing(
     await queue.cancel(claimed.id, actor="ops")
     before = await queue.get(claimed.id)
     now = clock.now()
-    async with queue.store.transaction() as tx:
-        heads = await tx.complete(
-            [(claimed.id, claimed.lock_token, None)], now, bulk_event(Action.COMPLETE, now, "w")
-        )
+    heads = await queue.store.complete(
+        [(claimed.id, claimed.lock_token, None)], now, bulk_event(Action.COMPLETE, now, "w")
+    )
     assert heads == {}
     assert await queue.get(claimed.id) == before

@@ -38,19 +38,17 @@ async def claim(
         raise InvalidInput("must name the worker", "worker")
     now = rt.clock.now()
     settings = rt.settings.queue
-    async with rt.store.transaction() as tx:
-        # CLAIM is one of the domain's set-wise actions (BULK_ACTIONS): the store applies it
-        # to the whole batch in one statement.
-        claimed = await tx.claim(
-            n,
-            task_types,
-            now,
-            settings.aging_interval_secs,
-            settings.lease_ttl_secs,
-            settings.deadline_grace_secs,
-            bulk_event(Action.CLAIM, now, worker),
-        )
-    return claimed
+    # CLAIM is one of the domain's set-wise actions (BULK_ACTIONS): the store applies it to the
+    # whole batch in one statement.
+    return await rt.store.claim(
+        n,
+        task_types,
+        now,
+        settings.aging_interval_secs,
+        settings.lease_ttl_secs,
+        settings.deadline_grace_secs,
+        bulk_event(Action.CLAIM, now, worker),
+    )
 
 
 @dataclass(frozen=True)
@@ -113,66 +111,67 @@ class Outcome:
 async def finish(
     rt: Runtime, outcomes: Sequence[Outcome], actor: str, logs: Sequence[LogRecord] = ()
 ) -> dict[UUID, Task | Refusal]:
-    """Record many outcomes, and the captured output of attempts, in one transaction; each
-    task gets its new image or a refusal."""
-    if not outcomes:
-        if logs:
-            async with rt.store.transaction() as tx:
-                await tx.insert_logs(logs)
-        return {}
+    """Record many outcomes, and the captured output of attempts; each task gets its new image
+    or a refusal. Completions are written set-wise in one statement; every other outcome, and
+    every completion that statement could not make (its lease moved on), is decided row by row
+    in one transaction, with the logs."""
     by_id = {o.task_id: o for o in outcomes}
     if len(by_id) != len(outcomes):
         raise InvalidInput("reports the same task twice", "outcomes")
     now = rt.clock.now()
     policy = rt.settings.retry.policy()
-    async with rt.store.transaction() as tx:
 
-        def request(task: Task) -> Request:
-            o = by_id[task.id]
-            return Request(
-                _ACTIONS[o.kind],
-                now,
-                actor=actor,
-                reason=o.reason,
-                lock_token=o.lock_token,
-                result=o.result,
-                error=o.error,
-                retryable=o.retryable,
-                backoff=policy,
-                spread=rt.spread(),
-            )
-
-        # COMPLETE is set-wise (BULK_ACTIONS): the whole batch in one statement. What it leaves
-        # (leases that moved on) is decided row by row below, which says why it was refused.
-        completing = [o for o in outcomes if o.kind is OutcomeKind.COMPLETED]
-        heads = await tx.complete(
-            [(o.task_id, o.lock_token, _checked_result(o.result)) for o in completing],
+    def request(task: Task) -> Request:
+        o = by_id[task.id]
+        return Request(
+            _ACTIONS[o.kind],
             now,
-            bulk_event(Action.COMPLETE, now, actor),
+            actor=actor,
+            reason=o.reason,
+            lock_token=o.lock_token,
+            result=o.result,
+            error=o.error,
+            retryable=o.retryable,
+            backoff=policy,
+            spread=rt.spread(),
         )
-        written = [
-            _completed(o.claimed, o.result, now, heads[o.task_id])
-            for o in completing
-            if o.task_id in heads and o.claimed is not None
-        ]
-        unseen = [o.task_id for o in completing if o.task_id in heads and o.claimed is None]
-        done = set(heads)
-        rest = [o for o in outcomes if o.task_id not in done]
-        known = [
-            o.claimed for o in rest if o.claimed is not None and o.kind is not OutcomeKind.COMPLETED
-        ]
-        more, refusals, stale = await apply_decisions(tx, known, request)
-        written += more
-        unknown = [o.task_id for o in rest if o.claimed is None or o.kind is OutcomeKind.COMPLETED]
-        if stale or unknown:
-            again, more_refusals = await decide_and_apply(
-                tx, await tx.lock([*stale, *unknown]), request
-            )
-            written += again
-            refusals.update(more_refusals)
-        # Output belongs to the attempt whatever became of the outcome, so it is kept even when
-        # the outcome was refused (a lease lost just before the report).
-        await tx.insert_logs(logs)
+
+    completing = [o for o in outcomes if o.kind is OutcomeKind.COMPLETED]
+    items = [(o.task_id, o.lock_token, _checked_result(o.result)) for o in completing]
+    heads = (
+        await rt.store.complete(items, now, bulk_event(Action.COMPLETE, now, actor))
+        if items
+        else {}
+    )
+    written = [
+        _completed(o.claimed, o.result, now, heads[o.task_id])
+        for o in completing
+        if o.task_id in heads and o.claimed is not None
+    ]
+    unseen = [o.task_id for o in completing if o.task_id in heads and o.claimed is None]
+    rest = [o for o in outcomes if o.task_id not in heads]
+    refusals: dict[UUID, Refusal] = {}
+    if rest or logs:
+        async with rt.store.transaction() as tx:
+            known = [
+                o.claimed
+                for o in rest
+                if o.claimed is not None and o.kind is not OutcomeKind.COMPLETED
+            ]
+            more, refusals, stale = await apply_decisions(tx, known, request)
+            written += more
+            unknown = [
+                o.task_id for o in rest if o.claimed is None or o.kind is OutcomeKind.COMPLETED
+            ]
+            if stale or unknown:
+                again, more_refusals = await decide_and_apply(
+                    tx, await tx.lock([*stale, *unknown]), request
+                )
+                written += again
+                refusals.update(more_refusals)
+            # Output belongs to the attempt whatever became of the outcome, so it is kept even
+            # when the outcome was refused (a lease lost just before the report).
+            await tx.insert_logs(logs)
     if unseen:  # completed without the claimed image at hand: read them back
         written += await rt.store.get_tasks(unseen)
     out: dict[UUID, Task | Refusal] = {t.id: t for t in written}

@@ -12,7 +12,6 @@ from uuid import UUID
 
 from ..domain.models import Task
 from ..domain.states import Action, Request, bulk_event
-from ..store.base import CHANNEL_QUEUED
 from .records import decide_and_apply
 from .runtime import Runtime
 
@@ -52,16 +51,10 @@ async def admit(rt: Runtime, limit: int = 1000) -> list[UUID]:
     ADMIT is one of the domain's set-wise actions (BULK_ACTIONS): one statement for the batch.
     """
     now = rt.clock.now()
-    async with rt.store.transaction() as tx:
-        admitted = await tx.admit(
-            limit,
-            now,
-            rt.settings.queue.aging_interval_secs,
-            bulk_event(Action.ADMIT, now, ACTOR),
-        )
-        if admitted:
-            await tx.notify(CHANNEL_QUEUED)
-    return admitted
+    # The store tells workers (one notice for the batch) that work was queued.
+    return await rt.store.admit(
+        limit, now, rt.settings.queue.aging_interval_secs, bulk_event(Action.ADMIT, now, ACTOR)
+    )
 
 
 @dataclass(frozen=True)
@@ -79,8 +72,10 @@ ADMIT_BATCH = 1000
 
 
 async def tick(rt: Runtime) -> TickReport:
-    """One pass of every step, in order."""
-    reclaimed = await reclaim_lapsed(rt)
-    retried = await promote_due_retries(rt)
-    admitted = await admit(rt, ADMIT_BATCH)
+    """One pass of every step, in order; a step with nothing to do (one cheap read tells) opens
+    no write transaction."""
+    hints = await rt.store.work_hints(rt.clock.now())
+    reclaimed = await reclaim_lapsed(rt) if hints.lapsed else []
+    retried = await promote_due_retries(rt) if hints.due else []
+    admitted = await admit(rt, ADMIT_BATCH) if hints.admissible or retried else []
     return TickReport(len(reclaimed), len(retried), len(admitted), len(admitted) == ADMIT_BATCH)

@@ -12,7 +12,6 @@ from ..domain.states import TaskState
 from ..ids import new_task_id
 from ..spec import TaskSpec, parse_specs
 from ..store import DedupKey
-from ..store.base import CHANNEL_PENDING
 from .records import new_record
 from .runtime import Runtime
 
@@ -130,8 +129,6 @@ async def _submit_chunk(
             i: new_record(build_task(rt, specs[i]), specs[i].requested_by) for i in remaining
         }
         inserted = await rt.store.insert_tasks(list(records.values()))
-        if inserted:
-            await rt.store.notify(CHANNEL_PENDING)
         for i, record in records.items():
             if record.task.id in inserted:
                 # The store numbers submissions; hand back the task as it is stored.

@@ -107,6 +107,16 @@ CHANNEL_CHANGED = "aq_changed"  # something changed (stores without push notific
 CHANNELS = (CHANNEL_PENDING, CHANNEL_QUEUED, CHANNEL_REVOKED)
 
 
+@dataclass(frozen=True)
+class WorkHints:
+    """Whether each kind of work exists right now (read without taking write locks)."""
+
+    lapsed: bool
+    due: bool
+    admissible: bool
+    queued: bool
+
+
 class Tx(Protocol):
     """Operations inside one write transaction. Reads here lock what they return."""
 
@@ -128,38 +138,6 @@ class Tx(Protocol):
 
     async def insert_logs(self, records: Sequence[LogRecord]) -> None:
         """Keep captured output with its task."""
-        ...
-
-    # The hot transitions, applied set-wise (domain.states.BULK_ACTIONS): each writes exactly
-    # what decide() would for every row it touches, audit events included.
-
-    async def claim(
-        self,
-        limit: int,
-        task_types: Sequence[str] | None,
-        now: datetime,
-        aging_secs: float,
-        ttl_secs: float,
-        grace_secs: float,
-        event: BulkEvent,
-    ) -> list[Task]:
-        """CLAIM up to ``limit`` queued tasks in claim order (R4) for ``event.actor``, skipping
-        ones other claimers hold; each gets a fresh lock_token. Returns them as claimed, in
-        that order."""
-        ...
-
-    async def admit(
-        self, limit: int, now: datetime, aging_secs: float, event: BulkEvent
-    ) -> list[UUID]:
-        """ADMIT up to ``limit`` pending tasks that may run now, best first; return their ids in
-        that order."""
-        ...
-
-    async def complete(
-        self, items: Sequence[tuple[UUID, UUID, Any]], now: datetime, event: BulkEvent
-    ) -> dict[UUID, tuple[int, str]]:
-        """COMPLETE each (task id, lock_token, result) whose lease still holds; return the new
-        audit head (event_seq, last_hash) of each task completed."""
         ...
 
     async def notify(self, channel: str, payload: str = "") -> None:
@@ -195,9 +173,43 @@ class Store(Protocol):
         """A write transaction: commits on success, rolls back on error."""
         ...
 
+    # The hot transitions, applied set-wise (domain.states.BULK_ACTIONS): each writes exactly
+    # what decide() would for every row it touches, audit events included, in a transaction of
+    # its own (one autocommitted statement on PostgreSQL).
+
+    async def claim(
+        self,
+        limit: int,
+        task_types: Sequence[str] | None,
+        now: datetime,
+        aging_secs: float,
+        ttl_secs: float,
+        grace_secs: float,
+        event: BulkEvent,
+    ) -> list[Task]:
+        """CLAIM up to ``limit`` queued tasks in claim order (R4) for ``event.actor``, skipping
+        ones other claimers hold; each gets a fresh lock_token. Returns them as claimed, in
+        that order."""
+        ...
+
+    async def admit(
+        self, limit: int, now: datetime, aging_secs: float, event: BulkEvent
+    ) -> list[UUID]:
+        """ADMIT up to ``limit`` pending tasks that may run now, best first; return their ids in
+        that order. Listeners hear CHANNEL_QUEUED once for the batch."""
+        ...
+
+    async def complete(
+        self, items: Sequence[tuple[UUID, UUID, Any]], now: datetime, event: BulkEvent
+    ) -> dict[UUID, tuple[int, str]]:
+        """COMPLETE each (task id, lock_token, result) whose lease still holds; return the new
+        audit head (event_seq, last_hash) of each task completed."""
+        ...
+
     async def insert_tasks(self, new: Sequence[NewTask]) -> dict[UUID, int]:
         """Insert tasks with their creation events, skipping any that violate a uniqueness
-        rule (dedup or idempotency); return the ids inserted with the ``seq`` each was given."""
+        rule (dedup or idempotency); return the ids inserted with the ``seq`` each was given.
+        Listeners hear CHANNEL_PENDING once for the batch."""
         ...
 
     async def find_existing(self, keys: Sequence[DedupKey]) -> list[Task]:
@@ -226,6 +238,10 @@ class Store(Protocol):
     ) -> set[UUID]:
         """Extend the leases that still hold to ``now + ttl_secs``, but never past the attempt's
         deadline plus ``grace_secs``; return the ids of the leases that hold."""
+        ...
+
+    async def work_hints(self, now: datetime) -> WorkHints:
+        """Whether lapsed leases, due retries, admissible or queued tasks exist."""
         ...
 
     async def logs(self, task_id: UUID, tenant: str | None = None) -> list[LogRecord]:

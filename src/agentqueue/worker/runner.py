@@ -24,6 +24,7 @@ from ..domain.models import LogRecord, Task
 from ..domain.states import Refusal, TaskState
 from ..executors.base import AttemptControl, AttemptEnd, AttemptResult, Executor
 from ..service.execution import Outcome, OutcomeKind
+from ..service.maintenance import ADMIT_BATCH
 from ..store.base import CHANNEL_PENDING, CHANNEL_QUEUED, CHANNEL_REVOKED, CHANNELS, Notice
 
 if TYPE_CHECKING:
@@ -154,7 +155,7 @@ class Worker:
                 try:
                     await asyncio.wait_for(self._wake.wait(), self.options.poll_secs)
                 except TimeoutError:
-                    self._empty.clear()  # the safety-net poll: look again everywhere
+                    await self._poll()
                 self._wake.clear()
             await self._drain()
         finally:
@@ -213,6 +214,18 @@ class Worker:
             self._empty.add(executor.name)
             self._scheduler_wake.set()  # the queue ran dry here: admit what is pending
         self._wake.set()
+
+    async def _poll(self) -> None:
+        """The safety net behind notifications: if anything is queued, look again everywhere
+        (one read; nothing is written while the queue is idle)."""
+        if not self._empty:
+            return
+        try:
+            hints = await self.queue.store.work_hints(self.queue.clock.now())
+        except AgentQueueError:
+            return
+        if hints.queued:
+            self._empty.clear()
 
     def _start(self, task: Task, executor: Executor) -> None:
         deadline_in = float(task.timeout_secs)
@@ -409,20 +422,35 @@ class Worker:
     # --- scheduler steps ----------------------------------------------------------------------
 
     async def _scheduler(self) -> None:
-        """Reclaim, promote, admit: on every wake-up (at most every scheduler_min_gap_secs) and
-        at least every poll_secs."""
+        """Reclaim, promote, admit: at once on every wake-up and at least every poll_secs. On
+        stores without push notifications every commit is a wake-up, so passes are spaced by
+        scheduler_min_gap_secs there."""
+        throttle = not self.queue.store.push_notifications
+        woken = False
         while True:
             try:
-                report = await self.queue.tick()
-                if report.admitted:
+                # Woken by news of pending work: admit straight away (the latency path). On the
+                # regular pass: every step, each only if a cheap read says it has work.
+                if woken:
+                    admitted = len(await self.queue.admit_ids())
+                    more = admitted == ADMIT_BATCH
+                else:
+                    report = await self.queue.tick()
+                    admitted, more = report.admitted, report.more
+                if admitted:
                     self._work_arrived()
-                if report.more:
+                if more:
+                    woken = True
                     continue  # admission was cut at its batch size: go on at once
             except AgentQueueError as exc:
                 log.warning("scheduler step failed: %s", exc)
-            await asyncio.sleep(self.options.scheduler_min_gap_secs)
-            with contextlib.suppress(TimeoutError):
+            if throttle:
+                await asyncio.sleep(self.options.scheduler_min_gap_secs)
+            try:
                 await asyncio.wait_for(self._scheduler_wake.wait(), self.options.poll_secs)
+                woken = True
+            except TimeoutError:
+                woken = False
             self._scheduler_wake.clear()
 
     # --- shutdown -----------------------------------------------------------------------------

@@ -33,8 +33,11 @@ WITH ins AS (
         e_at timestamptz, e_from text, e_to text, e_action text, e_actor text, e_reason text,
         e_data text, e_hash text)
     WHERE e.e_task_id IN (SELECT id FROM ins)
+), notified AS (
+    -- One NOTIFY for the batch, sent when the statement commits: the scheduler admits at once.
+    SELECT pg_notify('aq_pending', '') FROM (SELECT 1 FROM ins LIMIT 1) AS any_row
 )
-SELECT id, seq FROM ins
+SELECT id, seq FROM ins LEFT JOIN notified ON true
 
 -- name: apply
 -- Each row of %(rows)s names a task, its guard (expected state and audit position) and only the
@@ -280,8 +283,11 @@ WITH picked AS (
     SELECT u.id, u.event_seq, u.tenant, %(now)s, 'pending', 'queued', 'admit', %(actor)s, '',
         %(data)s::json, u.last_hash
     FROM upd u
+), notified AS (
+    -- One NOTIFY for the whole batch, sent when the statement commits.
+    SELECT pg_notify('aq_queued', '') FROM (SELECT 1 FROM upd LIMIT 1) AS any_row
 )
-SELECT id FROM upd
+SELECT id FROM upd LEFT JOIN notified ON true
 ORDER BY
     (priority <> 0),
     CASE WHEN priority = 0 THEN 0 ELSE GREATEST(1, priority - floor(
@@ -319,3 +325,15 @@ WITH v AS (
     FROM upd u
 )
 SELECT id, event_seq, last_hash FROM upd
+
+-- name: work_hints
+-- What the scheduler steps and claimers would find right now, read cheaply from the partial
+-- indexes, so an idle queue costs reads, not write transactions.
+SELECT
+    EXISTS (SELECT 1 FROM aq_tasks
+            WHERE state = 'executing' AND lease_expires_at <= %(now)s) AS lapsed,
+    EXISTS (SELECT 1 FROM aq_tasks WHERE state = 'retrying' AND run_after <= %(now)s) AS due,
+    EXISTS (SELECT 1 FROM aq_tasks
+            WHERE state = 'pending' AND (run_after IS NULL OR run_after <= %(now)s)
+              AND cardinality(depends_on) = 0) AS admissible,
+    EXISTS (SELECT 1 FROM aq_tasks WHERE state = 'queued') AS queued

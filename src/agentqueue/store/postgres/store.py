@@ -18,7 +18,17 @@ from ...domain.audit import StoredEvent
 from ...domain.errors import StoreError
 from ...domain.models import Event, LogRecord, Task
 from ...domain.states import BulkEvent, TaskState
-from ..base import AuditSnapshot, Change, DedupKey, Lease, NewTask, Notice, TaskFilter, TaskHead
+from ..base import (
+    AuditSnapshot,
+    Change,
+    DedupKey,
+    Lease,
+    NewTask,
+    Notice,
+    TaskFilter,
+    TaskHead,
+    WorkHints,
+)
 from ..migrate import Migration, latest_version, run_migrations
 from ..rows import (
     Codec,
@@ -65,62 +75,6 @@ class PostgresTx:
     async def lock(self, ids: Sequence[UUID], tenant: str | None = None) -> list[Task]:
         """Lock and return the tasks with these ids."""
         return await self._tasks("lock_tasks", {"ids": list(ids), "tenant": tenant})
-
-    async def claim(
-        self,
-        limit: int,
-        task_types: Sequence[str] | None,
-        now: datetime,
-        aging_secs: float,
-        ttl_secs: float,
-        grace_secs: float,
-        event: BulkEvent,
-    ) -> list[Task]:
-        """One statement: pick, lock, update, record events, return the rows."""
-        params = {
-            "limit": limit,
-            "task_types": list(task_types) if task_types is not None else None,
-            "now": now,
-            "aging_secs": aging_secs,
-            "worker": event.actor,
-            "ttl_secs": ttl_secs,
-            "grace_secs": grace_secs,
-            "tail": event.tail,
-            "data": event.data_text,
-        }
-        return await self._tasks("claim", params)
-
-    async def admit(
-        self, limit: int, now: datetime, aging_secs: float, event: BulkEvent
-    ) -> list[UUID]:
-        """One statement: pick, lock, update, record events."""
-        params = {
-            "limit": limit,
-            "now": now,
-            "aging_secs": aging_secs,
-            "actor": event.actor,
-            "tail": event.tail,
-            "data": event.data_text,
-        }
-        cur = await self._conn.execute(Q["admit"], params, prepare=True)
-        return [row["id"] for row in await cur.fetchall()]
-
-    async def complete(
-        self, items: Sequence[tuple[UUID, UUID, Any]], now: datetime, event: BulkEvent
-    ) -> dict[UUID, tuple[int, str]]:
-        """One statement for the whole batch; rows whose lease moved on are left alone."""
-        if not items:
-            return {}
-        rows = _doc([{"id": str(i), "token": str(t), "result": r} for i, t, r in items])
-        params = {
-            "rows": rows,
-            "now": now,
-            "actor": event.actor,
-            "tail": event.tail,
-            "data": event.data_text,
-        }
-        cur = await self._conn.execute(Q["complete"], params, prepare=True)
-        return {row["id"]: (row["event_seq"], row["last_hash"]) for row in await cur.fetchall()}
 
     async def lock_lapsed(self, limit: int, now: datetime) -> list[Task]:
         """Executing tasks whose lease ran out."""
@@ -256,6 +210,66 @@ class PostgresStore:
             cur = await conn.execute(Q["heartbeat"], params, prepare=True)
             return {row["id"] for row in await cur.fetchall()}
 
+    # --- the set-wise hot transitions (domain.states.BULK_ACTIONS) ---------------------------
+
+    async def claim(
+        self,
+        limit: int,
+        task_types: Sequence[str] | None,
+        now: datetime,
+        aging_secs: float,
+        ttl_secs: float,
+        grace_secs: float,
+        event: BulkEvent,
+    ) -> list[Task]:
+        """One statement, autocommitted: pick, lock, update, record events, return the rows."""
+        params = {
+            "limit": limit,
+            "task_types": list(task_types) if task_types is not None else None,
+            "now": now,
+            "aging_secs": aging_secs,
+            "worker": event.actor,
+            "ttl_secs": ttl_secs,
+            "grace_secs": grace_secs,
+            "tail": event.tail,
+            "data": event.data_text,
+        }
+        return await self._tasks("claim", params)
+
+    async def admit(
+        self, limit: int, now: datetime, aging_secs: float, event: BulkEvent
+    ) -> list[UUID]:
+        """One statement, autocommitted: pick, lock, update, record events, notify."""
+        params = {
+            "limit": limit,
+            "now": now,
+            "aging_secs": aging_secs,
+            "actor": event.actor,
+            "tail": event.tail,
+            "data": event.data_text,
+        }
+        async with self._pool.connection() as conn:
+            cur = await conn.execute(Q["admit"], params, prepare=True)
+            return [row["id"] for row in await cur.fetchall()]
+
+    async def complete(
+        self, items: Sequence[tuple[UUID, UUID, Any]], now: datetime, event: BulkEvent
+    ) -> dict[UUID, tuple[int, str]]:
+        """One statement for the whole batch; rows whose lease moved on are left alone."""
+        if not items:
+            return {}
+        rows = _doc([{"id": str(i), "token": str(t), "result": r} for i, t, r in items])
+        params = {
+            "rows": rows,
+            "now": now,
+            "actor": event.actor,
+            "tail": event.tail,
+            "data": event.data_text,
+        }
+        async with self._pool.connection() as conn:
+            cur = await conn.execute(Q["complete"], params, prepare=True)
+            return {row["id"]: (row["event_seq"], row["last_hash"]) for row in await cur.fetchall()}
+
     # --- reads ------------------------------------------------------------------------------
 
     async def _tasks(self, query: str, params: dict[str, Any]) -> list[Task]:
@@ -307,6 +321,14 @@ class PostgresStore:
         async with self._pool.connection() as conn:
             cur = await conn.execute(Q["events"], {"task_id": task_id, "tenant": tenant})
             return [event_from_row(row, CODEC) for row in await cur.fetchall()]
+
+    async def work_hints(self, now: datetime) -> WorkHints:
+        """One read over the partial indexes."""
+        async with self._pool.connection() as conn:
+            cur = await conn.execute(Q["work_hints"], {"now": now}, prepare=True)
+            row = await cur.fetchone()
+        assert row is not None
+        return WorkHints(row["lapsed"], row["due"], row["admissible"], row["queued"])
 
     async def logs(self, task_id: UUID, tenant: str | None = None) -> list[LogRecord]:
         """Captured output of one task."""

@@ -259,3 +259,15 @@ INSERT INTO aq_events (task_id, seq, tenant, at, from_state, to_state, action, a
 SELECT id, event_seq, tenant, :now, 'executing', 'completed', 'complete', :actor, '', :data,
     last_hash
 FROM aq_tasks WHERE id IN (SELECT value FROM json_each(:ids))
+
+-- name: work_hints
+-- What the scheduler steps and claimers would find right now, read cheaply from the partial
+-- indexes, so an idle queue costs reads, not write transactions.
+SELECT
+    EXISTS (SELECT 1 FROM aq_tasks
+            WHERE state = 'executing' AND lease_expires_at <= :now) AS lapsed,
+    EXISTS (SELECT 1 FROM aq_tasks WHERE state = 'retrying' AND run_after <= :now) AS due,
+    EXISTS (SELECT 1 FROM aq_tasks
+            WHERE state = 'pending' AND (run_after IS NULL OR run_after <= :now)
+              AND depends_on = '[]') AS admissible,
+    EXISTS (SELECT 1 FROM aq_tasks WHERE state = 'queued') AS queued

@@ -34,6 +34,7 @@ from ..base import (
     Notice,
     TaskFilter,
     TaskHead,
+    WorkHints,
 )
 from ..migrate import Migration, latest_version, run_migrations
 from ..rows import (
@@ -183,100 +184,6 @@ class SQLiteTx:
         params = {"ids": _dump([str(i) for i in ids]), "tenant": tenant}
         return await self._conn.run(lambda c: _tasks(c, "lock_tasks", params))
 
-    async def claim(
-        self,
-        limit: int,
-        task_types: Sequence[str] | None,
-        now: datetime,
-        aging_secs: float,
-        ttl_secs: float,
-        grace_secs: float,
-        event: BulkEvent,
-    ) -> list[Task]:
-        """Update the picked rows, then record their events from the rows as written."""
-        worker = event.actor
-        params = {
-            "limit": limit,
-            "task_types": _dump(list(task_types)) if task_types is not None else None,
-            "now": to_micros(now),
-            "aging_us": max(1, int(aging_secs * 1_000_000)),
-            "worker": worker,
-            "ttl_us": int(ttl_secs * 1_000_000),
-            "grace_us": int(grace_secs * 1_000_000),
-            "tail": event.tail,
-        }
-
-        def run(c: sqlite3.Connection) -> list[Task]:
-            tasks = [task_from_row(row, CODEC) for row in c.execute(Q["claim"], params)]
-            if tasks:
-                ids = _dump([str(t.id) for t in tasks])
-                c.execute(
-                    Q["claim_events"],
-                    {"ids": ids, "now": params["now"], "worker": worker, "data": event.data_text},
-                )
-            return sorted(tasks, key=lambda t: order_key(t.priority, t.eligible_at, t.seq, now,
-                                                          aging_secs))  # fmt: skip
-
-        return await self._conn.run(run)
-
-    async def admit(
-        self, limit: int, now: datetime, aging_secs: float, event: BulkEvent
-    ) -> list[UUID]:
-        """Update the picked rows, then record their events."""
-        actor = event.actor
-        params = {
-            "limit": limit,
-            "now": to_micros(now),
-            "aging_us": max(1, int(aging_secs * 1_000_000)),
-            "tail": event.tail,
-        }
-
-        def run(c: sqlite3.Connection) -> list[UUID]:
-            rows = c.execute(Q["admit"], params).fetchall()
-            if not rows:
-                return []
-            ids = [row["id"] for row in rows]
-            c.execute(
-                Q["admit_events"],
-                {"ids": _dump(ids), "now": params["now"], "actor": actor, "data": event.data_text},
-            )
-            rows.sort(
-                key=lambda r: order_key(
-                    r["priority"],
-                    _EPOCH + timedelta(microseconds=r["eligible_at"]),
-                    r["seq"],
-                    now,
-                    aging_secs,
-                )
-            )
-            return [UUID(row["id"]) for row in rows]
-
-        return await self._conn.run(run)
-
-    async def complete(
-        self, items: Sequence[tuple[UUID, UUID, Any]], now: datetime, event: BulkEvent
-    ) -> dict[UUID, tuple[int, str]]:
-        """Complete the rows whose lease holds, then record their events."""
-        if not items:
-            return {}
-        rows = _dump(
-            [{"id": str(i), "token": str(t), "result": CODEC.json_out(r)} for i, t, r in items]
-        )
-        at = to_micros(now)
-
-        def run(c: sqlite3.Connection) -> dict[UUID, tuple[int, str]]:
-            params = {"rows": rows, "now": at, "tail": event.tail}
-            done = c.execute(Q["complete"], params).fetchall()
-            if done:
-                ids = _dump([row["id"] for row in done])
-                c.execute(
-                    Q["complete_events"],
-                    {"ids": ids, "now": at, "actor": event.actor, "data": event.data_text},
-                )
-            return {UUID(row["id"]): (row["event_seq"], row["last_hash"]) for row in done}
-
-        return await self._conn.run(run)
-
     async def lock_lapsed(self, limit: int, now: datetime) -> list[Task]:
         """Executing tasks whose lease ran out."""
         params = {"limit": limit, "now": to_micros(now)}
@@ -317,6 +224,10 @@ class SQLiteStore:
     dialect = "sqlite"
     push_notifications = False
     listen_interval_secs = 0.02
+    """How often listeners look for commits while the file is busy..."""
+    listen_idle_interval_secs = 0.1
+    """...and once it has been quiet for ``listen_idle_after_secs``, to keep idle workers cheap."""
+    listen_idle_after_secs = 2.0
 
     def __init__(self, url: str, *, busy_timeout_ms: int = 30_000) -> None:
         self.path, options = parse_sqlite_url(url)
@@ -427,6 +338,106 @@ class SQLiteStore:
             rows = await self._writer.run(lambda c: c.execute(Q["heartbeat"], params).fetchall())
         return {UUID(row[0]) for row in rows}
 
+    # --- the set-wise hot transitions (domain.states.BULK_ACTIONS) ---------------------------
+
+    async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        async with self.transaction():
+            return await self._writer.run(fn)
+
+    async def claim(
+        self,
+        limit: int,
+        task_types: Sequence[str] | None,
+        now: datetime,
+        aging_secs: float,
+        ttl_secs: float,
+        grace_secs: float,
+        event: BulkEvent,
+    ) -> list[Task]:
+        """Update the picked rows, then record their events from the rows as written."""
+        worker = event.actor
+        params = {
+            "limit": limit,
+            "task_types": _dump(list(task_types)) if task_types is not None else None,
+            "now": to_micros(now),
+            "aging_us": max(1, int(aging_secs * 1_000_000)),
+            "worker": worker,
+            "ttl_us": int(ttl_secs * 1_000_000),
+            "grace_us": int(grace_secs * 1_000_000),
+            "tail": event.tail,
+        }
+
+        def run(c: sqlite3.Connection) -> list[Task]:
+            tasks = [task_from_row(row, CODEC) for row in c.execute(Q["claim"], params)]
+            if tasks:
+                ids = _dump([str(t.id) for t in tasks])
+                c.execute(
+                    Q["claim_events"],
+                    {"ids": ids, "now": params["now"], "worker": worker, "data": event.data_text},
+                )
+            return sorted(tasks, key=lambda t: order_key(t.priority, t.eligible_at, t.seq, now,
+                                                          aging_secs))  # fmt: skip
+
+        return await self._write(run)
+
+    async def admit(
+        self, limit: int, now: datetime, aging_secs: float, event: BulkEvent
+    ) -> list[UUID]:
+        """Update the picked rows, then record their events."""
+        actor = event.actor
+        params = {
+            "limit": limit,
+            "now": to_micros(now),
+            "aging_us": max(1, int(aging_secs * 1_000_000)),
+            "tail": event.tail,
+        }
+
+        def run(c: sqlite3.Connection) -> list[UUID]:
+            rows = c.execute(Q["admit"], params).fetchall()
+            if not rows:
+                return []
+            ids = [row["id"] for row in rows]
+            c.execute(
+                Q["admit_events"],
+                {"ids": _dump(ids), "now": params["now"], "actor": actor, "data": event.data_text},
+            )
+            rows.sort(
+                key=lambda r: order_key(
+                    r["priority"],
+                    _EPOCH + timedelta(microseconds=r["eligible_at"]),
+                    r["seq"],
+                    now,
+                    aging_secs,
+                )
+            )
+            return [UUID(row["id"]) for row in rows]
+
+        return await self._write(run)
+
+    async def complete(
+        self, items: Sequence[tuple[UUID, UUID, Any]], now: datetime, event: BulkEvent
+    ) -> dict[UUID, tuple[int, str]]:
+        """Complete the rows whose lease holds, then record their events."""
+        if not items:
+            return {}
+        rows = _dump(
+            [{"id": str(i), "token": str(t), "result": CODEC.json_out(r)} for i, t, r in items]
+        )
+        at = to_micros(now)
+
+        def run(c: sqlite3.Connection) -> dict[UUID, tuple[int, str]]:
+            params = {"rows": rows, "now": at, "tail": event.tail}
+            done = c.execute(Q["complete"], params).fetchall()
+            if done:
+                ids = _dump([row["id"] for row in done])
+                c.execute(
+                    Q["complete_events"],
+                    {"ids": ids, "now": at, "actor": event.actor, "data": event.data_text},
+                )
+            return {UUID(row["id"]): (row["event_seq"], row["last_hash"]) for row in done}
+
+        return await self._write(run)
+
     # --- reads ------------------------------------------------------------------------------
 
     async def _read(self, query: str, params: dict[str, Any]) -> list[Task]:
@@ -476,6 +487,16 @@ class SQLiteStore:
 
         return await self._reader.run(run)
 
+    async def work_hints(self, now: datetime) -> WorkHints:
+        """One read on the reader connection: no write lock."""
+        params = {"now": to_micros(now)}
+
+        def run(c: sqlite3.Connection) -> WorkHints:
+            row = c.execute(Q["work_hints"], params).fetchone()
+            return WorkHints(*(bool(v) for v in row))
+
+        return await self._reader.run(run)
+
     async def logs(self, task_id: UUID, tenant: str | None = None) -> list[LogRecord]:
         """Captured output of one task."""
         params = {"task_id": str(task_id), "tenant": tenant}
@@ -493,8 +514,10 @@ class SQLiteStore:
         """A CHANNEL_CHANGED notice whenever another connection has committed.
 
         ``PRAGMA data_version`` changes when any other connection commits to the file; reading it
-        takes no lock and a few microseconds, so it is read on the event loop every
-        ``listen_interval_secs``.
+        takes no lock and a few microseconds, so it is read on the event loop: every
+        ``listen_interval_secs`` while commits come, every ``listen_idle_interval_secs`` once the
+        file has been quiet for a while (waking the loop 50 times a second costs an idle worker
+        about 1% of a core).
         """
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
 
@@ -503,11 +526,17 @@ class SQLiteStore:
 
         async def notices() -> AsyncIterator[Notice]:
             last = version()
+            loop = asyncio.get_running_loop()
+            changed_at = loop.time()
             while True:
-                await asyncio.sleep(self.listen_interval_secs)
+                quiet = loop.time() - changed_at > self.listen_idle_after_secs
+                await asyncio.sleep(
+                    self.listen_idle_interval_secs if quiet else self.listen_interval_secs
+                )
                 current = version()
                 if current != last:
                     last = current
+                    changed_at = loop.time()
                     yield Notice(CHANNEL_CHANGED)
 
         try:
