@@ -9,7 +9,6 @@ to, it also runs the scheduler steps (take back lapsed leases, promote due retri
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import socket
@@ -33,6 +32,20 @@ if TYPE_CHECKING:
 log = logging.getLogger("agentqueue.worker")
 
 SHUTDOWN = "the worker is shutting down"
+
+
+async def wait_event(event: asyncio.Event, timeout_secs: float) -> bool:
+    """Wait for ``event`` at most ``timeout_secs``; True if it was set.
+
+    Not ``asyncio.wait_for``: on Python 3.11 it can hang a task that is cancelled just as the
+    event is set, which is exactly how a worker stops.
+    """
+    try:
+        async with asyncio.timeout(timeout_secs):
+            await event.wait()
+    except TimeoutError:
+        return False
+    return True
 
 
 def default_worker_id() -> str:
@@ -152,9 +165,7 @@ class Worker:
         try:
             while not self._stopping:
                 self._fill()
-                try:
-                    await asyncio.wait_for(self._wake.wait(), self.options.poll_secs)
-                except TimeoutError:
+                if not await wait_event(self._wake, self.options.poll_secs):
                     await self._poll()
                 self._wake.clear()
             await self._drain()
@@ -357,8 +368,7 @@ class Worker:
     async def _heartbeats(self) -> None:
         interval = self._heartbeat_interval()
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._beat_now.wait(), interval)
+            await wait_event(self._beat_now, interval)
             self._beat_now.clear()
             held = [r.task for r in self._running.values() if not r.control.cancel.is_set()]
             if not held:
@@ -446,11 +456,7 @@ class Worker:
                 log.warning("scheduler step failed: %s", exc)
             if throttle:
                 await asyncio.sleep(self.options.scheduler_min_gap_secs)
-            try:
-                await asyncio.wait_for(self._scheduler_wake.wait(), self.options.poll_secs)
-                woken = True
-            except TimeoutError:
-                woken = False
+            woken = await wait_event(self._scheduler_wake, self.options.poll_secs)
             self._scheduler_wake.clear()
 
     # --- shutdown -----------------------------------------------------------------------------
