@@ -342,6 +342,8 @@ class Worker:
                 self._outcomes[:0] = batch
                 self._logs[:0] = logs
                 tries += 1
+                if self._stopping and attempts is None:
+                    return  # the final flush at shutdown tries again, a bounded number of times
                 if attempts is not None and tries >= attempts:
                     log.error(
                         "giving up on %d outcomes; their leases will lapse and the tasks will "

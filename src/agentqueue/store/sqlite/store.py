@@ -297,15 +297,35 @@ class SQLiteStore:
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[SQLiteTx]:
-        """BEGIN IMMEDIATE ... COMMIT on the writer connection."""
+        """BEGIN IMMEDIATE ... COMMIT on the writer connection.
+
+        A statement handed to the connection's thread runs to its end even if the awaiting task
+        is cancelled, so every step that opens or ends the transaction is seen through: a cancel
+        during BEGIN must still be followed by a ROLLBACK, or the connection would stay inside a
+        transaction and refuse every later write.
+        """
         async with self._write_lock:
-            await self._writer.run(lambda c: c.execute("BEGIN IMMEDIATE"))
+            begin = asyncio.ensure_future(self._writer.run(lambda c: c.execute("BEGIN IMMEDIATE")))
+            try:
+                await asyncio.shield(begin)
+            except asyncio.CancelledError:
+                if await _settle(begin):
+                    await self._end("ROLLBACK")
+                raise
             try:
                 yield SQLiteTx(self._writer)
             except BaseException:
-                await self._writer.run(lambda c: c.execute("ROLLBACK"))
+                await self._end("ROLLBACK")
                 raise
-            await self._writer.run(lambda c: c.execute("COMMIT"))
+            await self._end("COMMIT")
+
+    async def _end(self, statement: str) -> None:
+        job = asyncio.ensure_future(self._writer.run(lambda c: c.execute(statement)))
+        try:
+            await asyncio.shield(job)
+        except asyncio.CancelledError:
+            await _settle(job)
+            raise
 
     async def insert_tasks(self, new: Sequence[NewTask]) -> dict[UUID, int]:
         """Insert what does not conflict, with creation events, in one transaction."""
@@ -589,6 +609,15 @@ class SQLiteStore:
             await self._writer.run(
                 lambda c: c.executescript(sql) if params is None else c.execute(sql, params)
             )
+
+
+async def _settle(job: asyncio.Future[Any]) -> bool:
+    """Wait for a statement already on its way (it cannot be stopped); True if it succeeded."""
+    try:
+        await job
+    except BaseException:
+        return False
+    return True
 
 
 def _statements(script: str) -> list[str]:
