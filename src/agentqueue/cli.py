@@ -685,5 +685,10 @@ def verify(ctx: click.Context) -> None:
     sys.exit(EXIT_ERROR)
 
 
+from .bench.cli import bench  # noqa: E402  (kept apart: the benchmarks live in bench/)
+
+main.add_command(bench)
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

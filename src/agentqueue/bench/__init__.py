@@ -1,0 +1,22 @@
+"""Benchmarks of agentqueue, and of the queues a user would otherwise pick, on one machine.
+
+``agentqueue bench`` (or the thin programs in ``benchmarks/``) runs them and writes a markdown
+table, a JSON file with every figure and a chart of the drain comparison. The modules:
+
+- ``drain``: preload N no-op tasks, one worker process drains them (agentqueue on PostgreSQL and
+  SQLite, pgqueuer, procrastinate, Celery with Redis);
+- ``enqueue``: submit one at a time, and in bulk;
+- ``latency``: dispatch latency (created -> started) at a steady submission rate;
+- ``backlog``: claim latency with 1k, 100k and 1M tasks queued;
+- ``scaling``: 1, 2 and 4 worker processes on one PostgreSQL queue;
+- ``cost``: CPU and peak RSS of an idle and of a busy worker.
+
+This package is imported only by the ``bench`` command; nothing else in agentqueue depends on it.
+"""
+
+from __future__ import annotations
+
+BENCHMARKS: tuple[str, ...] = ("drain", "enqueue", "latency", "backlog", "scaling", "cost")
+"""Every benchmark, in the order of the report."""
+
+__all__ = ["BENCHMARKS"]

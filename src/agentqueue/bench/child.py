@@ -1,0 +1,191 @@
+"""The programs benchmark child processes run: ``python -m agentqueue.bench.child ROLE ARGS``.
+
+Roles (ARGS is a JSON object):
+
+- ``drain`` ``{url, n, concurrency}``: one worker with a no-op async handler runs until the
+  store shows ``n`` tasks completed; the time runs from worker start to that moment (the last
+  completion recorded), measured in this process.
+- ``serve`` ``{url, concurrency, task_type, sleep_secs, wait_go}``: a worker that runs until
+  SIGTERM; with ``wait_go`` it opens its connections, says ready, and starts on a ``go`` line.
+- ``enqueue`` ``{url, one, bulk, task_type}``: submit ``one`` tasks one at a time, then ``bulk``
+  with submit_many.
+
+Each prints JSON lines: ``{"event": "ready"}`` (serve: connections open), ``{"event":
+"started"}`` (serve: the worker runs) and ``{"event": "result", ...}`` at the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+from typing import Any
+
+from ..domain.models import Task
+from ..domain.states import TaskState
+from ..executors.inprocess import TaskContext
+from ..queue import AsyncQueue
+from .common import NOOP
+from .db import specs
+from .procs import cpu_seconds, peak_rss_bytes
+
+
+def emit(event: str, **fields: Any) -> None:
+    """Print one JSON message for the parent."""
+    print(json.dumps({"event": event, **fields}), flush=True)
+
+
+def cpu_now() -> float:
+    """CPU seconds this process has used so far (utime + stime of every thread, from /proc,
+    as the parent reads them for an idle worker)."""
+    return cpu_seconds(os.getpid())
+
+
+def make_queue(url: str, task_type: str, sleep_secs: float = 0.0) -> AsyncQueue:
+    """A queue with one async handler for ``task_type``: no-op, or a sleep (I/O wait)."""
+    queue = AsyncQueue(url, actor="bench")
+
+    async def noop(task: Task, ctx: TaskContext) -> None:
+        return None
+
+    async def io_step(task: Task, ctx: TaskContext) -> None:
+        await asyncio.sleep(sleep_secs)
+
+    queue.handler(task_type)(io_step if sleep_secs > 0 else noop)
+    return queue
+
+
+BACKGROUND = (
+    "agentqueue-schedule",
+    "agentqueue-heartbeat",
+    "agentqueue-listen",
+    "agentqueue-flush",
+)
+"""Names of a worker's background tasks (see ``join``)."""
+
+
+async def join(runner: asyncio.Task[None], grace: float, tries: int = 5) -> int:
+    """Wait for a stopped worker's ``run()``; return how often its shutdown had to be kicked.
+
+    On Python 3.11, ``asyncio.wait_for`` swallows a cancellation that arrives as the awaited
+    event is set, so a background loop of the worker can survive its cancel and ``run()``
+    waits for it forever. If ``run()`` has not returned after ``grace`` seconds, its background
+    tasks are cancelled again. (Callers stop a worker only once its work is recorded.)
+    """
+    kicks = 0
+    while True:
+        done, _ = await asyncio.wait({runner}, timeout=grace)
+        if done:
+            runner.result()
+            return kicks
+        if kicks >= tries:
+            raise RuntimeError(f"the worker did not stop after {kicks} kicks")
+        kicks += 1
+        for task in asyncio.all_tasks():
+            if task.get_name() in BACKGROUND and not task.done():
+                task.cancel()
+
+
+async def drain(args: dict[str, Any]) -> None:
+    """Run one worker until ``n`` tasks are completed and recorded; report the time (from
+    worker start until the store shows every task completed) and the cost."""
+    n = int(args["n"])
+    queue = make_queue(args["url"], args.get("task_type", NOOP))
+    await queue.open()
+    worker = queue.worker(concurrency=int(args["concurrency"]))
+    cpu0 = cpu_now()
+    started = time.perf_counter()
+    runner = asyncio.create_task(worker.run())
+    # worker.stats is a plain dict, updated as attempts end: look at it every 5 ms.
+    while worker.stats["completed"] < n and not runner.done():  # noqa: ASYNC110
+        await asyncio.sleep(0.005)
+    # Every attempt has ended; the last outcomes are being written.
+    while not runner.done():
+        if (await queue.stats()).by_state[TaskState.COMPLETED] >= n:
+            break
+        await asyncio.sleep(0.002)
+    elapsed = time.perf_counter() - started
+    cpu = cpu_now() - cpu0
+    worker.stop()
+    kicks = await join(runner, grace=3.0)
+    await queue.close()
+    emit(
+        "result",
+        elapsed=elapsed,
+        completed=worker.stats["completed"],
+        stats=worker.stats,
+        cpu_secs=cpu,
+        peak_rss_bytes=peak_rss_bytes(os.getpid()),
+        shutdown_kicks=kicks,
+    )
+
+
+async def serve(args: dict[str, Any]) -> None:
+    """Run a worker until SIGTERM (after a ``go`` line on stdin when ``wait_go``)."""
+    queue = make_queue(args["url"], args.get("task_type", NOOP), float(args.get("sleep_secs", 0)))
+    await queue.open()
+    worker = queue.worker(concurrency=int(args["concurrency"]), grace_secs=10.0)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    emit("ready", pid=os.getpid())
+    if args.get("wait_go"):
+        line = await loop.run_in_executor(None, sys.stdin.readline)
+        if line.strip() != "go":
+            await queue.close()
+            emit("result", stats=worker.stats, aborted=True)
+            return
+    runner = asyncio.create_task(worker.run())
+    await worker.started.wait()
+    emit("started", at=time.time())
+    stopper = asyncio.create_task(stop.wait())
+    await asyncio.wait([runner, stopper], return_when=asyncio.FIRST_COMPLETED)
+    worker.stop()
+    kicks = await join(runner, grace=5.0)
+    stopper.cancel()
+    await queue.close()
+    emit(
+        "result",
+        stats=worker.stats,
+        peak_rss_bytes=peak_rss_bytes(os.getpid()),
+        shutdown_kicks=kicks,
+    )
+
+
+async def enqueue(args: dict[str, Any]) -> None:
+    """Submit one at a time, then in bulk; report both rates."""
+    task_type = args.get("task_type", NOOP)
+    one, bulk = int(args["one"]), int(args["bulk"])
+    queue = AsyncQueue(args["url"], actor="bench")
+    await queue.open()
+    started = time.perf_counter()
+    for _ in range(one):
+        await queue.submit(title="bench", task_type=task_type)
+    one_secs = time.perf_counter() - started
+    items = specs(bulk, task_type)
+    started = time.perf_counter()
+    await queue.submit_many(items)
+    bulk_secs = time.perf_counter() - started
+    await queue.close()
+    emit("result", one=one, one_secs=one_secs, bulk=bulk, bulk_secs=bulk_secs)
+
+
+ROLES = {"drain": drain, "serve": serve, "enqueue": enqueue}
+
+
+def main(argv: list[str]) -> int:
+    """Run the role named by ``argv[0]`` with the JSON arguments in ``argv[1]``."""
+    if len(argv) != 2 or argv[0] not in ROLES:
+        print(
+            f"usage: python -m agentqueue.bench.child {{{','.join(ROLES)}}} JSON", file=sys.stderr
+        )
+        return 2
+    asyncio.run(ROLES[argv[0]](json.loads(argv[1])))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,229 @@
+"""What every benchmark shares: run sizes, the run context, report rows, progress, statistics."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+Backend = Literal["postgresql", "sqlite"]
+BACKENDS: tuple[Backend, ...] = ("postgresql", "sqlite")
+
+NOOP = "bench_noop"
+"""Task type of the no-op tasks."""
+IO_STEP = "bench_io_step"
+"""Task type of the scaling tasks (an agent step that waits on I/O)."""
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How much work each benchmark does."""
+
+    drain_n: int = 20_000
+    procrastinate_cap: int = 5_000
+    enqueue_one: int = 2_000
+    enqueue_bulk: int = 20_000
+    latency_rate: float = 50.0
+    latency_secs: float = 10.0
+    backlog: tuple[int, ...] = (1_000, 100_000, 1_000_000)
+    backlog_claims: int = 50
+    claim_size: int = 10
+    scaling_n: int = 8_000
+    scaling_workers: tuple[int, ...] = (1, 2, 4)
+    scaling_concurrency: int = 16
+    scaling_sleep_secs: float = 0.02
+    drain_concurrency: int = 100
+    idle_secs: float = 20.0
+    busy_n: int = 20_000
+    settle_secs: float = 1.0
+    """How long a started worker is left alone before it counts as idle."""
+
+    @classmethod
+    def for_run(cls, n: int | None, smoke: bool) -> Sizes:
+        """The full sizes, or the smoke sizes (tiny: the run only proves the code works)."""
+        if smoke:
+            n = n or 500
+            return cls(
+                drain_n=n,
+                procrastinate_cap=min(n, 500),
+                enqueue_one=100,
+                enqueue_bulk=n,
+                latency_secs=1.5,
+                backlog=(1_000, 10_000),
+                backlog_claims=20,
+                scaling_n=min(n, 240),
+                idle_secs=2.0,
+                busy_n=n,
+                settle_secs=0.3,
+            )
+        n = n or cls.drain_n
+        return cls(drain_n=n, enqueue_bulk=n, scaling_n=min(n, cls.scaling_n), busy_n=n)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the report: a figure, and the target it is held to (if any)."""
+
+    benchmark: str
+    system: str
+    figure: str
+    value: float | None = None
+    target: str = ""
+    met: bool | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """As a JSON object."""
+        return {
+            "benchmark": self.benchmark,
+            "system": self.system,
+            "figure": self.figure,
+            "value": self.value,
+            "target": self.target or None,
+            "met": self.met,
+        }
+
+
+def fmt_value(value: float | None, unit: str) -> str:
+    """A figure with its unit: ``4.12x``, ``3.21 ms``, ``0.4%``, ``41.2 MiB``, ``7,512/s``."""
+    if value is None or math.isnan(value):
+        return "not measured"
+    if unit == "x":
+        return f"{value:.2f}x"
+    if unit == "/s":
+        return f"{value:,.0f}/s"
+    if unit == "%":
+        return f"{value:.2f}%"
+    return f"{value:.2f}{unit}"
+
+
+def target_row(
+    benchmark: str, system: str, name: str, value: float | None, op: str, limit: float, unit: str
+) -> Row:
+    """A row held to ``value op limit`` (``>=``, ``<=`` or ``<``); ``met`` is None when the
+    value was not measured."""
+    shown = f"{op} {limit:g}{unit}"
+    figure = f"{name}: {fmt_value(value, unit)}"
+    if value is None or math.isnan(value):
+        return Row(benchmark, system, figure, None, shown, None)
+    met = {">=": value >= limit, "<=": value <= limit, "<": value < limit}[op]
+    return Row(benchmark, system, figure, value, shown, met)
+
+
+class Progress:
+    """One progress bar over the whole run (on stderr), with an optional inner bar."""
+
+    def __init__(self, total: int, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self._bar: Any = None
+        if enabled:
+            from tqdm import tqdm  # type: ignore[import-untyped]
+
+            self._tqdm: Any = tqdm
+            self._bar = tqdm(total=total, unit="step", file=sys.stderr, dynamic_ncols=True)
+
+    def step(self, label: str) -> None:
+        """Say what runs now."""
+        if self._bar is not None:
+            self._bar.set_description(label)
+
+    def done(self, n: int = 1) -> None:
+        """Count finished steps."""
+        if self._bar is not None:
+            self._bar.update(n)
+
+    def inner(self, total: int, label: str) -> Any:
+        """A second bar for a long step (``update(n)``, ``close()``); a no-op when disabled."""
+        if self._bar is None:
+            return _NoBar()
+        return self._tqdm(
+            total=total, desc=label, leave=False, position=1, file=sys.stderr, dynamic_ncols=True
+        )
+
+    def write(self, message: str) -> None:
+        """Print a line without breaking the bar."""
+        if self._bar is not None:
+            self._tqdm.write(message, file=sys.stderr)
+        else:
+            print(message, file=sys.stderr)
+
+    def close(self) -> None:
+        """Remove the bar."""
+        if self._bar is not None:
+            self._bar.close()
+
+
+class _NoBar:
+    def update(self, n: int = 1) -> None:
+        """Nothing."""
+
+    def close(self) -> None:
+        """Nothing."""
+
+
+@dataclass
+class BenchContext:
+    """Everything a benchmark needs to know about this run."""
+
+    pg_url: str
+    out_dir: Path
+    work_dir: Path
+    sizes: Sizes
+    smoke: bool = False
+    peers: bool = False
+    peers_python: Path | None = None
+    peers_dir: Path | None = None
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    progress: Progress = field(default_factory=lambda: Progress(0, enabled=False))
+    peers_skipped: str = "not asked for"
+    """Why the peers are not run (when they are not)."""
+    _files: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+
+    def sqlite_url(self, label: str) -> str:
+        """A new, empty SQLite database file for one run."""
+        return f"sqlite:///{self.work_dir / f'{label}-{next(self._files)}.db'}"
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The ``q``-th percentile (0-100) by linear interpolation between closest ranks."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100
+    low = math.floor(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def rate(count: int, seconds: float) -> float:
+    """Items per second (NaN when no time passed)."""
+    return count / seconds if seconds > 0 else math.nan
+
+
+def fmt_rate(value: float | None) -> str:
+    """``7,512/s``."""
+    return "n/a" if value is None or math.isnan(value) else f"{value:,.0f}/s"
+
+
+def fmt_ms(value: float | None) -> str:
+    """``3.21 ms``."""
+    return "n/a" if value is None or math.isnan(value) else f"{value:.2f} ms"
+
+
+def fmt_ratio(value: float | None) -> str:
+    """``4.12x``."""
+    return "n/a" if value is None or math.isnan(value) else f"{value:.2f}x"
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    """``a / b``, or None when either is missing."""
+    if a is None or b is None or not b or math.isnan(a) or math.isnan(b):
+        return None
+    return a / b
+
+
+def mib(n_bytes: float | None) -> float | None:
+    """Bytes in MiB."""
+    return None if n_bytes is None else n_bytes / (1024 * 1024)

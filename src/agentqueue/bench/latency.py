@@ -1,0 +1,121 @@
+"""Dispatch latency: an idle worker process waits; this process submits tasks one at a time at a
+steady rate; afterwards every task's ``created_at`` and ``started_at`` are read back from the
+database, and created -> started is reported as p50 and p99.
+
+The path measured is the real one: submit (pending), notification, the worker's scheduler step
+admits it (queued), notification, claim (executing, ``started_at``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from ..domain.states import TaskState
+from ..queue import AsyncQueue
+from .common import BACKENDS, NOOP, Backend, BenchContext, Row, fmt_ms, percentile, target_row
+from .db import fresh_url, wait_for_count
+from .procs import Child
+
+NAME = "latency"
+SYSTEMS = {"postgresql": "agentqueue (PostgreSQL)", "sqlite": "agentqueue (SQLite)"}
+WORKER_CONCURRENCY = 10
+
+
+def steps(ctx: BenchContext) -> int:
+    """Progress steps of this benchmark."""
+    return len(BACKENDS)
+
+
+async def started_minus_created(queue: AsyncQueue) -> list[float]:
+    """created -> started of every completed task, in ms (paging through ``list``)."""
+    out: list[float] = []
+    cursor: str | None = None
+    while True:
+        page = await queue.list(state=TaskState.COMPLETED, limit=1000, cursor=cursor)
+        for task in page.items:
+            if task.started_at is not None:
+                out.append((task.started_at - task.created_at).total_seconds() * 1000)
+        cursor = page.next_cursor
+        if cursor is None:
+            return out
+
+
+async def measure(ctx: BenchContext, backend: Backend) -> dict[str, Any]:
+    """Submit at the steady rate to an idle worker; the latency figures of one backend."""
+    per_sec = ctx.sizes.latency_rate
+    n = max(1, round(per_sec * ctx.sizes.latency_secs))
+    url = await fresh_url(ctx, backend, "latency")
+    child = await Child.start(
+        "serve",
+        {"url": url, "concurrency": WORKER_CONCURRENCY, "task_type": NOOP},
+        ctx.work_dir,
+        f"latency-{backend}",
+    )
+    queue = AsyncQueue(url, actor="bench")
+    try:
+        await child.message("ready", within=60)
+        await child.message("started", within=60)
+        await queue.open()
+        await asyncio.sleep(ctx.sizes.settle_secs)  # the worker is idle now
+        begin = time.perf_counter()
+        for i in range(n):
+            delay = begin + i / per_sec - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            await queue.submit(title="bench", task_type=NOOP)
+        submit_secs = time.perf_counter() - begin
+        await wait_for_count(queue, TaskState.COMPLETED, n, within=60)
+        await child.stop()
+        values = await started_minus_created(queue)
+    finally:
+        await child.kill()
+        await queue.close()
+    return {
+        "n": n,
+        "rate_per_s": per_sec,
+        "achieved_rate_per_s": n / submit_secs if submit_secs > 0 else None,
+        "worker_concurrency": WORKER_CONCURRENCY,
+        "measured": len(values),
+        "p50_ms": percentile(values, 50),
+        "p90_ms": percentile(values, 90),
+        "p99_ms": percentile(values, 99),
+        "max_ms": max(values) if values else None,
+        "mean_ms": sum(values) / len(values) if values else None,
+    }
+
+
+async def run(ctx: BenchContext) -> dict[str, Any]:
+    """Latency on PostgreSQL (the target) and SQLite (for information)."""
+    out: dict[str, Any] = {"systems": {}}
+    for backend in BACKENDS:
+        ctx.progress.step(f"latency: {backend}")
+        out["systems"][backend] = await measure(ctx, backend)
+        ctx.progress.done()
+    out["notes"] = [
+        f"Tasks submitted one at a time at {ctx.sizes.latency_rate:g}/s for "
+        f"{ctx.sizes.latency_secs:g} s to an idle worker process (concurrency "
+        f"{WORKER_CONCURRENCY}); created -> started read from the database."
+    ]
+    return out
+
+
+def rows(result: dict[str, Any]) -> list[Row]:
+    """p50/p99 rows; the targets hold on PostgreSQL."""
+    out: list[Row] = []
+    for backend, data in result.get("systems", {}).items():
+        system = SYSTEMS.get(backend, backend)
+        if backend == "postgresql":
+            out.append(target_row(NAME, system, "p50", data["p50_ms"], "<=", 5, " ms"))
+            out.append(target_row(NAME, system, "p99", data["p99_ms"], "<=", 25, " ms"))
+        else:
+            out.append(
+                Row(
+                    NAME,
+                    system,
+                    f"p50: {fmt_ms(data['p50_ms'])}, p99: {fmt_ms(data['p99_ms'])}",
+                    data["p99_ms"],
+                )
+            )
+    return out
