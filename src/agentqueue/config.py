@@ -38,6 +38,9 @@ class QueueSettings(_Section):
     max_payload_bytes: int = Field(default=DEFAULT_MAX_PAYLOAD_BYTES, ge=1024, le=64 * 1024 * 1024)
     default_tenant: str = DEFAULT_TENANT
     claim_batch: int = Field(default=100, ge=1, le=10_000)
+    admit_on_submit: bool = True
+    """Admit a task that may run at once as it is submitted, instead of at the scheduler's next
+    pass (its pending -> queued step is recorded either way)."""
 
 
 class RetrySettings(_Section):

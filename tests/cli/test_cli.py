@@ -106,15 +106,19 @@ def test_list_events_and_stats_json_use_spec_field_names(db_url: str) -> None:
         assert field in listed[0]
     assert [t["title"] for t in listed] == ["t2", "t1", "t0"]
     assert [t["title"] for t in ok_json(db_url, "list", "--type", "review")] == ["t0"]
-    assert ok_json(db_url, "list", "--state", "queued") == []
+    assert ok_json(db_url, "list", "--state", "executing") == []
+    assert len(ok_json(db_url, "list", "--state", "queued")) == 3  # admitted as submitted
 
     events = ok_json(db_url, "events", listed[0]["id"])
-    assert [(e["seq"], e["from"], e["to"]) for e in events] == [(1, None, "pending")]
-    assert events[0]["actor"] == "tester"
+    assert [(e["seq"], e["from"], e["to"]) for e in events] == [
+        (1, None, "pending"),
+        (2, "pending", "queued"),
+    ]
+    assert [e["actor"] for e in events] == ["tester", "scheduler"]
 
     stats = ok_json(db_url, "stats")
     assert set(stats["by_state"]) == {s.value for s in TaskState}
-    assert stats["by_state"]["pending"] == 3 and stats["total"] == 3
+    assert stats["by_state"]["queued"] == 3 and stats["total"] == 3
 
 
 def test_list_pages_with_the_printed_cursor(db_url: str) -> None:
@@ -154,7 +158,7 @@ def test_verify_exits_1_naming_the_tampered_event(db_url: str) -> None:
     task = ok_json(db_url, "submit", "--title", "audited", "--type", "docs")
     ok_json(db_url, "cancel", task["id"])
     good = cli(db_url, "verify")
-    assert good.exit_code == 0 and "ok: 1 tasks, 2 events" in good.stdout
+    assert good.exit_code == 0 and "ok: 1 tasks, 3 events" in good.stdout
 
     if db_url.startswith("sqlite"):
         with sqlite3.connect(db_url.removeprefix("sqlite:///")) as conn:

@@ -61,7 +61,8 @@ async def test_worker_processes_claim_every_task_exactly_once(db_url: str, tmp_p
         )
         expected = {str(r.task.id) for r in results}
         assert len(expected) == TASKS
-        assert len(await queue.admit(limit=20_000)) == TASKS
+        # Admitted as they were submitted (nothing holds them back).
+        assert all(r.task.state is TaskState.QUEUED for r in results)
 
         ctx = multiprocessing.get_context("spawn")
         barrier = ctx.Barrier(processes)

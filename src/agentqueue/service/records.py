@@ -8,7 +8,16 @@ from uuid import UUID
 from ..domain.audit import GENESIS, data_text, event_hash
 from ..domain.errors import Conflict
 from ..domain.models import Event, Task
-from ..domain.states import Action, Refusal, Request, TaskState, Transition, creation, decide
+from ..domain.states import (
+    Action,
+    Refusal,
+    Request,
+    TaskState,
+    Transition,
+    creation,
+    decide,
+    decide_or_raise,
+)
 from ..store import Change, NewTask, Tx
 from ..store.base import CHANNEL_PENDING, CHANNEL_QUEUED, CHANNEL_REVOKED
 
@@ -60,11 +69,17 @@ def stamp(task: Task, transition: Transition) -> Change:
     return Change(task.evolve(**columns), task.state, task.event_seq, event, columns)
 
 
-def new_record(task: Task, actor: str) -> NewTask:
-    """A new task (state pending) with its creation event, the first link of its chain."""
+def new_record(task: Task, actor: str, admit_as: str | None = None) -> NewTask:
+    """A new task (state pending) with its creation event, the first link of its chain; and,
+    when ``admit_as`` names the admitting actor, its admission (pending -> queued) too."""
     transition = creation(task, actor)
     event = _event(task, transition, 1, GENESIS)
-    return NewTask(task.evolve(event_seq=1, last_hash=event.hash), event)
+    created = task.evolve(event_seq=1, last_hash=event.hash)
+    if admit_as is None:
+        return NewTask(created, (event,))
+    admission = stamp(created, decide_or_raise(created, Request(Action.ADMIT, task.created_at,
+                                                                actor=admit_as)))  # fmt: skip
+    return NewTask(admission.task, (event, admission.event))
 
 
 async def apply_decisions(

@@ -18,6 +18,20 @@ from .runtime import Runtime
 BATCH = 1000
 """Tasks per insert statement."""
 
+ADMITTER = "scheduler"
+
+
+def admissible_at_submit(rt: Runtime, task: Task) -> bool:
+    """Whether admission would take ``task`` at once, so it is admitted as it is submitted.
+
+    With no admission limits (the default), the scheduler admits every task that may run now
+    (no run_after in the future, no dependencies) on its next pass anyway; recording that
+    admission with the submit saves the pass, the wake-up and a write per task.
+    """
+    if not rt.settings.queue.admit_on_submit or task.depends_on:
+        return False
+    return task.run_after is None or task.run_after <= task.created_at
+
 
 @dataclass(frozen=True)
 class SubmitResult:
@@ -125,9 +139,11 @@ async def _submit_chunk(
 ) -> None:
     remaining = chunk
     for _attempt in range(5):
-        records = {
-            i: new_record(build_task(rt, specs[i]), specs[i].requested_by) for i in remaining
-        }
+        records = {}
+        for i in remaining:
+            task = build_task(rt, specs[i])
+            admit_as = ADMITTER if admissible_at_submit(rt, task) else None
+            records[i] = new_record(task, specs[i].requested_by, admit_as)
         inserted = await rt.store.insert_tasks(list(records.values()))
         for i, record in records.items():
             if record.task.id in inserted:

@@ -37,10 +37,11 @@ class Change:
 
 @dataclass(frozen=True)
 class NewTask:
-    """A task to insert with its creation event."""
+    """A task to insert, as it stands after its first events (its creation, and its admission
+    when it was admitted as it was submitted), with those events in order."""
 
     task: Task
-    event: Event
+    events: tuple[Event, ...]
 
 
 @dataclass(frozen=True)
@@ -207,9 +208,10 @@ class Store(Protocol):
         ...
 
     async def insert_tasks(self, new: Sequence[NewTask]) -> dict[UUID, int]:
-        """Insert tasks with their creation events, skipping any that violate a uniqueness
+        """Insert tasks with their first events, skipping any that violate a uniqueness
         rule (dedup or idempotency); return the ids inserted with the ``seq`` each was given.
-        Listeners hear CHANNEL_PENDING once for the batch."""
+        Listeners hear CHANNEL_PENDING once for the batch, and CHANNEL_QUEUED if any task was
+        inserted already queued."""
         ...
 
     async def find_existing(self, keys: Sequence[DedupKey]) -> list[Task]:

@@ -23,7 +23,7 @@ WITH ins AS (
         requested_by, run_after, eligible_at, created_at, event_seq, last_hash, ord)
     ORDER BY r.ord
     ON CONFLICT DO NOTHING
-    RETURNING id, seq
+    RETURNING id, seq, state
 ), ev AS (
     INSERT INTO aq_events (task_id, seq, tenant, at, from_state, to_state, action, actor,
         reason, data, hash)
@@ -34,10 +34,14 @@ WITH ins AS (
         e_data text, e_hash text)
     WHERE e.e_task_id IN (SELECT id FROM ins)
 ), notified AS (
-    -- One NOTIFY for the batch, sent when the statement commits: the scheduler admits at once.
-    SELECT pg_notify('aq_pending', '') FROM (SELECT 1 FROM ins LIMIT 1) AS any_row
+    -- One NOTIFY per channel for the batch, sent when the statement commits: pending work is
+    -- for the scheduler to admit, queued work (admitted as it was submitted) for workers.
+    SELECT pg_notify(channel, '')
+    FROM (SELECT DISTINCT CASE WHEN state = 'queued' THEN 'aq_queued' ELSE 'aq_pending' END
+          FROM ins) AS c(channel)
 )
-SELECT id, seq FROM ins LEFT JOIN notified ON true
+-- Selecting the count keeps the planner from dropping the notices as an unused join.
+SELECT id, seq, n.sent FROM ins CROSS JOIN (SELECT count(*) AS sent FROM notified) AS n
 
 -- name: apply
 -- Each row of %(rows)s names a task, its guard (expected state and audit position) and only the
@@ -255,7 +259,9 @@ WITH picked AS (
     CROSS JOIN LATERAL (
         SELECT ctid, priority, eligible_at, seq FROM aq_tasks
         WHERE state = 'pending' AND priority = lv.priority
-          AND (run_after IS NULL OR run_after <= %(now)s)
+          -- eligible_at is max(created, run_after) for pending tasks, so this is "run_after has
+          -- passed", as a range on the index instead of a filter over it.
+          AND eligible_at <= %(now)s
           AND cardinality(depends_on) = 0
         ORDER BY eligible_at, seq
         LIMIT %(limit)s
@@ -287,7 +293,8 @@ WITH picked AS (
     -- One NOTIFY for the whole batch, sent when the statement commits.
     SELECT pg_notify('aq_queued', '') FROM (SELECT 1 FROM upd LIMIT 1) AS any_row
 )
-SELECT id FROM upd LEFT JOIN notified ON true
+-- Selecting the count keeps the planner from dropping the notice as an unused join.
+SELECT id, n.sent FROM upd CROSS JOIN (SELECT count(*) AS sent FROM notified) AS n
 ORDER BY
     (priority <> 0),
     CASE WHEN priority = 0 THEN 0 ELSE GREATEST(1, priority - floor(
@@ -334,6 +341,6 @@ SELECT
             WHERE state = 'executing' AND lease_expires_at <= %(now)s) AS lapsed,
     EXISTS (SELECT 1 FROM aq_tasks WHERE state = 'retrying' AND run_after <= %(now)s) AS due,
     EXISTS (SELECT 1 FROM aq_tasks
-            WHERE state = 'pending' AND (run_after IS NULL OR run_after <= %(now)s)
+            WHERE state = 'pending' AND eligible_at <= %(now)s
               AND cardinality(depends_on) = 0) AS admissible,
     EXISTS (SELECT 1 FROM aq_tasks WHERE state = 'queued') AS queued

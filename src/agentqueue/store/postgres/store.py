@@ -188,7 +188,7 @@ class PostgresStore:
             return {}
         params = {
             "rows": _doc(new_task_rows(new, CODEC)),
-            "events": _doc(event_rows([n.event for n in new], CODEC)),
+            "events": _doc(event_rows([e for n in new for e in n.events], CODEC)),
         }
         async with self._pool.connection() as conn:
             cur = await conn.execute(Q["insert_tasks"], params, prepare=True)

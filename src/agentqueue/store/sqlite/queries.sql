@@ -212,7 +212,7 @@ WHERE state = 'pending' AND seq IN (
     JOIN aq_tasks AS t ON t.seq IN (
         SELECT q.seq FROM aq_tasks AS q
         WHERE q.state = 'pending' AND q.priority = lv.column1
-          AND (q.run_after IS NULL OR q.run_after <= :now)
+          AND q.eligible_at <= :now  -- max(created, run_after): "run_after has passed"
           AND q.depends_on = '[]'
         ORDER BY q.eligible_at, q.seq
         LIMIT :limit)
@@ -268,6 +268,6 @@ SELECT
             WHERE state = 'executing' AND lease_expires_at <= :now) AS lapsed,
     EXISTS (SELECT 1 FROM aq_tasks WHERE state = 'retrying' AND run_after <= :now) AS due,
     EXISTS (SELECT 1 FROM aq_tasks
-            WHERE state = 'pending' AND (run_after IS NULL OR run_after <= :now)
+            WHERE state = 'pending' AND eligible_at <= :now
               AND depends_on = '[]') AS admissible,
     EXISTS (SELECT 1 FROM aq_tasks WHERE state = 'queued') AS queued

@@ -332,7 +332,7 @@ class SQLiteStore:
         if not new:
             return {}
         rows = _dump(new_task_rows(new, CODEC))
-        events = _dump(event_rows([n.event for n in new], CODEC))
+        events = _dump(event_rows([e for n in new for e in n.events], CODEC))
 
         def run(c: sqlite3.Connection) -> dict[UUID, int]:
             written = {row[0]: row[1] for row in c.execute(Q["insert_tasks"], {"rows": rows})}
