@@ -86,7 +86,7 @@ UPDATE aq_tasks SET
 FROM json_each(:rows) AS r
 WHERE aq_tasks.id = r.value ->> 'id'
   AND aq_tasks.lock_token = r.value ->> 'token'
-  AND aq_tasks.state = 'executing'
+  AND +aq_tasks.state = 'executing'  -- unary +: look rows up by id, not by state
 RETURNING aq_tasks.id
 
 -- name: get_tasks
@@ -249,7 +249,7 @@ UPDATE aq_tasks SET
         aq_tasks.event_seq + 1, :tail)
 FROM json_each(:rows) AS r
 WHERE aq_tasks.id = r.value ->> 'id'
-  AND aq_tasks.state = 'executing'
+  AND +aq_tasks.state = 'executing'  -- unary +: look rows up by id, not by state
   AND aq_tasks.lock_token = r.value ->> 'token'
 RETURNING aq_tasks.id AS id, aq_tasks.event_seq AS event_seq, aq_tasks.last_hash AS last_hash
 
