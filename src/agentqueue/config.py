@@ -102,6 +102,11 @@ class WorkerSettings(_Section):
     grace_secs: float = Field(default=30.0, ge=0, le=3600)
     cancel_grace_secs: float = Field(default=0.5, ge=0, le=60)
     poll_secs: float = Field(default=1.0, gt=0, le=60)
+    claims_in_flight: int = Field(default=2, ge=1, le=64)
+    """Claims a worker keeps under way at once (the database works on one while the worker
+    handles another)."""
+    flushes_in_flight: int = Field(default=2, ge=1, le=64)
+    """Batches of outcomes a worker writes at once."""
     workdir: str | None = None
 
 

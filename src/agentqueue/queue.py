@@ -375,6 +375,8 @@ class AsyncQueue:
             poll_secs=conf.poll_secs,
             cancel_grace_secs=conf.cancel_grace_secs,
             claim_batch=self.settings.queue.claim_batch,
+            claims_in_flight=conf.claims_in_flight,
+            flushes_in_flight=conf.flushes_in_flight,
         )
         holder: list[Worker] = []
         executors = build_executors(

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .common import BenchContext
-from .db import ensure_database, with_dbname
+from .db import drop_database, ensure_database, with_dbname
 from .procs import run_command
 
 PEER_REQUIREMENTS: tuple[str, ...] = (
@@ -131,12 +131,17 @@ def check_peers(root: Path | None) -> tuple[Path | None, str]:
     return python, ""
 
 
-async def run_peer(ctx: BenchContext, peer: Peer, n: int) -> dict[str, Any]:
-    """Run one peer's drain driver and return its JSON result."""
+async def run_peer(ctx: BenchContext, peer: Peer, n: int, analyze: bool = False) -> dict[str, Any]:
+    """Run one peer's drain driver and return its JSON result; with ``analyze`` its tables get
+    planner statistics after the preload."""
     assert ctx.peers_python is not None and ctx.peers_dir is not None
     env = dict(os.environ)
+    env["PEER_ANALYZE"] = "1" if analyze else "0"
     if peer.store == "postgresql":
         dsn = with_dbname(ctx.pg_url, f"aq_bench_{peer.name}")
+        # A new database every run: statistics left from an analyzed run survive TRUNCATE and
+        # would leak into the run without them.
+        await drop_database(dsn)
         await ensure_database(dsn)
         env["PEER_DSN"] = dsn
     else:
