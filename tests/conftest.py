@@ -53,7 +53,14 @@ def _empty_pg(url: str) -> None:
         if exists and exists[0]:
             # Triggers keep aq_events append-only; replica mode lets the test harness reset it.
             conn.execute("SET session_replication_role = replica")
-            conn.execute("TRUNCATE aq_events, aq_tasks RESTART IDENTITY")
+            tables = [
+                row[0]
+                for row in conn.execute(
+                    "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
+                    " AND tablename LIKE 'aq\\_%' AND tablename <> 'aq_schema_version'"
+                )
+            ]
+            conn.execute(f"TRUNCATE {', '.join(tables)} RESTART IDENTITY")
 
 
 @pytest.fixture(

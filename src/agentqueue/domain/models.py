@@ -74,6 +74,8 @@ class Task:
     result: Any = None
     error: str | None = None
     state_reason: str | None = None
+    hold: str | None = None
+    """What holds a blocked task: ``dependencies`` or ``approval``."""
     approved_by: str | None = None
     run_after: datetime | None = None
     started_at: datetime | None = None

@@ -52,14 +52,15 @@ class Codec:
 TASK_INSERT_FIELDS = (
     "id", "tenant", "source", "source_id", "title", "task_type", "payload", "priority", "state",
     "max_retries", "timeout_secs", "assignee", "depends_on", "idempotency_key", "callback_url",
-    "requested_by", "run_after", "eligible_at", "created_at", "event_seq", "last_hash",
+    "requested_by", "run_after", "eligible_at", "created_at", "event_seq", "last_hash", "hold",
+    "state_reason",
 )  # fmt: skip
 
 MUTABLE_FIELDS = (
     "state", "state_reason", "priority", "retry_count", "lock_token", "locked_at",
     "heartbeat_at", "lease_expires_at", "assignee", "assigned_to", "checkpoint", "tool_calls",
     "result", "error", "approved_by", "run_after", "eligible_at", "started_at", "finished_at",
-    "updated_at", "event_seq", "last_hash",
+    "updated_at", "event_seq", "last_hash", "hold",
 )  # fmt: skip
 """Columns a change may set; everything else is fixed at submit."""
 

@@ -6,14 +6,16 @@
 -- name: insert_tasks
 INSERT INTO aq_tasks (id, tenant, source, source_id, title, task_type, payload, priority,
     state, max_retries, timeout_secs, assignee, depends_on, idempotency_key, callback_url,
-    requested_by, run_after, eligible_at, created_at, updated_at, event_seq, last_hash)
+    requested_by, run_after, eligible_at, created_at, updated_at, event_seq, last_hash, hold,
+    state_reason)
 SELECT r.value ->> 'id', r.value ->> 'tenant', r.value ->> 'source', r.value ->> 'source_id',
     r.value ->> 'title', r.value ->> 'task_type', r.value ->> 'payload', r.value ->> 'priority',
     r.value ->> 'state', r.value ->> 'max_retries', r.value ->> 'timeout_secs',
     r.value ->> 'assignee', r.value ->> 'depends_on', r.value ->> 'idempotency_key',
     r.value ->> 'callback_url', r.value ->> 'requested_by', r.value ->> 'run_after',
     r.value ->> 'eligible_at', r.value ->> 'created_at', r.value ->> 'created_at',
-    r.value ->> 'event_seq', r.value ->> 'last_hash'
+    r.value ->> 'event_seq', r.value ->> 'last_hash', r.value ->> 'hold',
+    r.value ->> 'state_reason'
 FROM json_each(:rows) AS r
 WHERE true
 ORDER BY r.key
@@ -53,6 +55,7 @@ UPDATE aq_tasks SET
     eligible_at = CASE WHEN json_type(r.value, '$.eligible_at') IS NULL THEN eligible_at ELSE r.value ->> 'eligible_at' END,
     started_at = CASE WHEN json_type(r.value, '$.started_at') IS NULL THEN started_at ELSE r.value ->> 'started_at' END,
     finished_at = CASE WHEN json_type(r.value, '$.finished_at') IS NULL THEN finished_at ELSE r.value ->> 'finished_at' END,
+    hold = CASE WHEN json_type(r.value, '$.hold') IS NULL THEN hold ELSE r.value ->> 'hold' END,
     updated_at = r.value ->> 'updated_at',
     event_seq = r.value ->> 'event_seq',
     last_hash = r.value ->> 'last_hash'
