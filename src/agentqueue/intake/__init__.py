@@ -1,0 +1,1 @@
+"""Where work comes from besides direct submits: cron schedules (and, later, webhooks)."""
