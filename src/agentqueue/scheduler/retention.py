@@ -1,0 +1,36 @@
+"""Dead-letter retention (R8): dead letters kept past their retention are purged.
+
+``[retention] dead_letter_p0_days`` (30) for P0, ``dead_letter_days`` (7) for the rest, counted
+from when the task entered dead_letter. A purge deletes the task row and its captured output and
+ends the task's audit chain with a purge event, in one transaction; the events stay, so
+``verify`` still proves the whole history (domain.retention says what is due and writes that
+event).
+"""
+
+from __future__ import annotations
+
+from ..domain.retention import purge_due, purge_event
+from ..service.records import ADMITTER
+from ..service.runtime import Runtime
+from ..store.base import Purge
+
+ACTOR = ADMITTER
+
+
+async def purge_expired_dead_letters(rt: Runtime, limit: int = 500) -> int:
+    """Purge up to ``limit`` dead letters past their retention, oldest first; return how many.
+
+    Several schedulers may run this at once: each skips the dead letters another has locked.
+    """
+    now = rt.clock.now()
+    policy = rt.settings.retention.policy()
+    p0_before, other_before = policy.cutoffs(now)
+    async with rt.store.transaction() as tx:
+        expired = await tx.lock_expired_dead_letters(limit, p0_before, other_before)
+        items = [
+            Purge(task.id, task.event_seq, purge_event(task, now, policy, ACTOR))
+            for task in expired
+            if purge_due(task, now, policy)
+        ]
+        purged = await tx.purge(items)
+    return len(purged)
