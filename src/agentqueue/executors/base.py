@@ -57,6 +57,9 @@ class AttemptControl:
     """
 
     deadline: float
+    timeout_secs: float | None = None
+    """The attempt's whole timeout, for messages (``deadline`` may be nearer: the clock started
+    at the claim)."""
     cancel: asyncio.Event = field(default_factory=asyncio.Event)
     cancel_reason: str = ""
     kill_grace_secs: float = 5.0

@@ -90,7 +90,12 @@ class CommandAgent:
         deadline = control.deadline
         if self.settings.timeout_secs is not None:
             deadline = min(deadline, started + self.settings.timeout_secs)
-        timeout_error = f"attempt timed out after {_seconds(deadline - started)}"
+        # The message names the attempt's timeout (what a person configured), not the time left
+        # of it when the agent started.
+        limit = control.timeout_secs if control.timeout_secs is not None else deadline - started
+        if self.settings.timeout_secs is not None:
+            limit = min(limit, self.settings.timeout_secs)
+        timeout_error = f"attempt timed out after {_seconds(limit)}"
         if control.cancel.is_set():
             return AttemptResult(AttemptEnd.CANCELLED, error=control.cancel_reason or "cancelled")
         if deadline <= started:

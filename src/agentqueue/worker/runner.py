@@ -3,7 +3,7 @@ alive, reports outcomes in batches, and stops running attempts whose lease is re
 
 It waits for work by notification (LISTEN/NOTIFY on PostgreSQL; on SQLite, a cheap read of
 ``PRAGMA data_version``) with a slow poll as a safety net, never by a tight loop. Unless told not
-to, it also runs the scheduler steps (take back lapsed leases, promote due retries, admit).
+to, it also runs a scheduler (see scheduler.loop), which competes for the leadership.
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ from ..domain.errors import AgentQueueError, ConfigError
 from ..domain.models import LogRecord, Task
 from ..domain.states import Refusal, TaskState
 from ..executors.base import AttemptControl, AttemptEnd, AttemptResult, Executor
+from ..scheduler.loop import Scheduler, wait_event
+from ..scheduler.steps import PERIODIC_STEPS
 from ..service.execution import Outcome, OutcomeKind
-from ..service.maintenance import ADMIT_BATCH
 from ..store.base import CHANNEL_PENDING, CHANNEL_QUEUED, CHANNEL_REVOKED, CHANNELS, Notice
 
 if TYPE_CHECKING:
@@ -32,20 +33,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("agentqueue.worker")
 
 SHUTDOWN = "the worker is shutting down"
-
-
-async def wait_event(event: asyncio.Event, timeout_secs: float) -> bool:
-    """Wait for ``event`` at most ``timeout_secs``; True if it was set.
-
-    Not ``asyncio.wait_for``: on Python 3.11 it can hang a task that is cancelled just as the
-    event is set, which is exactly how a worker stops.
-    """
-    try:
-        async with asyncio.timeout(timeout_secs):
-            await event.wait()
-    except TimeoutError:
-        return False
-    return True
 
 
 def default_worker_id() -> str:
@@ -116,7 +103,7 @@ class Worker:
         self._reserved: dict[str, int] = {e.name: 0 for e in executors}
         self._empty: set[str] = set()
         self._beat_now = asyncio.Event()
-        self._scheduler_wake = asyncio.Event()
+        self.scheduler: Scheduler | None = None
         self._stopping = False
         self._grace: float = options.grace_secs
         self._stopped = asyncio.Event()
@@ -154,7 +141,16 @@ class Worker:
             asyncio.create_task(self._flusher(), name="agentqueue-flush"),
         ]
         if self.options.run_scheduler:
-            background.append(asyncio.create_task(self._scheduler(), name="agentqueue-schedule"))
+            # The worker's listener wakes it; what it admits wakes the worker's claims.
+            self.scheduler = Scheduler(
+                await self.queue.runtime(),
+                self.id,
+                on_admitted=self._work_arrived,
+                listen=False,
+                min_gap_secs=self.options.scheduler_min_gap_secs,
+                periodic=PERIODIC_STEPS,
+            )
+            background.append(asyncio.create_task(self.scheduler.run(), name="agentqueue-schedule"))
         log.info(
             "worker %s started on %s: %s",
             self.id,
@@ -223,7 +219,7 @@ class Worker:
             self._start(task, executor)
         if len(tasks) < n:
             self._empty.add(executor.name)
-            self._scheduler_wake.set()  # the queue ran dry here: admit what is pending
+            self._scheduler_wake()  # the queue ran dry here: admit what is pending
         self._wake.set()
 
     async def _poll(self) -> None:
@@ -245,6 +241,7 @@ class Worker:
             deadline_in = max(0.0, task.timeout_secs - max(0.0, elapsed))
         control = AttemptControl(
             deadline=time.monotonic() + deadline_in,
+            timeout_secs=float(task.timeout_secs),
             cancel_grace_secs=self.options.cancel_grace_secs,
         )
         running = _Running(task, executor, control)
@@ -423,43 +420,17 @@ class Worker:
             self._revoke(notice.payload)
             return
         if notice.channel != CHANNEL_QUEUED:
-            self._scheduler_wake.set()
+            self._scheduler_wake()
         if notice.channel != CHANNEL_PENDING:
             self._work_arrived()
+
+    def _scheduler_wake(self) -> None:
+        if self.scheduler is not None:
+            self.scheduler.wake.set()
 
     def _work_arrived(self) -> None:
         self._empty.clear()
         self._wake.set()
-
-    # --- scheduler steps ----------------------------------------------------------------------
-
-    async def _scheduler(self) -> None:
-        """Reclaim, promote, admit: at once on every wake-up and at least every poll_secs. On
-        stores without push notifications every commit is a wake-up, so passes are spaced by
-        scheduler_min_gap_secs there."""
-        throttle = not self.queue.store.push_notifications
-        woken = False
-        while True:
-            try:
-                # Woken by news of pending work: admit straight away (the latency path). On the
-                # regular pass: every step, each only if a cheap read says it has work.
-                if woken:
-                    admitted = len(await self.queue.admit_ids())
-                    more = admitted == ADMIT_BATCH
-                else:
-                    report = await self.queue.tick()
-                    admitted, more = report.admitted, report.more
-                if admitted:
-                    self._work_arrived()
-                if more:
-                    woken = True
-                    continue  # admission was cut at its batch size: go on at once
-            except AgentQueueError as exc:
-                log.warning("scheduler step failed: %s", exc)
-            if throttle:
-                await asyncio.sleep(self.options.scheduler_min_gap_secs)
-            woken = await wait_event(self._scheduler_wake, self.options.poll_secs)
-            self._scheduler_wake.clear()
 
     # --- shutdown -----------------------------------------------------------------------------
 
