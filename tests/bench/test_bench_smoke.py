@@ -62,10 +62,43 @@ def test_smoke_run_reports_every_benchmark(bench_db: str, tmp_path: Path) -> Non
     drain = doc["results"]["drain"]["systems"]
     for system in ("agentqueue-postgresql", "agentqueue-sqlite"):
         assert is_number(drain[system]["drain_per_s"]) and drain[system]["drain_per_s"] > 0
-    assert {"latency", "scaling", "cost"} <= {t["benchmark"] for t in doc["targets"]}
+    admission = doc["results"]["admission"]
+    for backend in ("postgresql", "sqlite"):
+        sanity = admission["sanity"][backend]
+        assert sanity["admission_on"] is True
+        assert sanity["pending_after_preload_on"] == sanity["n"]
+        assert sanity["pending_after_preload_off"] == 0
+        assert sanity["drain_admit_off"]["admit_after_submit_ms"] == 0
+        figures = admission["systems"][backend]
+        for run in ("drain_off", "drain_on"):
+            assert is_number(figures[run]["drain_per_s"]) and figures[run]["drain_per_s"] > 0
+        for run in ("latency_off", "latency_on"):
+            assert is_number(figures[run]["p99_ms"])
+        assert is_number(figures["drain_ratio"])
+    assert {"latency", "admission", "scaling", "cost"} <= {t["benchmark"] for t in doc["targets"]}
     assert all(t["met"] in (True, False, None) for t in doc["targets"])
     assert is_number(doc["machine"]["cores"]) and doc["machine"]["postgresql"]
 
     table = (out / "results.md").read_text()
     assert "| benchmark | system | figure | target | met? |" in table
     assert (out / "drain.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+
+
+def test_settings_overrides_keep_the_drain_tuning() -> None:
+    from agentqueue.bench.child import DRAIN_SETTINGS, with_overrides
+
+    settings = with_overrides(DRAIN_SETTINGS, {"admission": {"max_active": 1000}})
+    assert settings.admission_limited and settings.admission.max_active == 1000
+    assert settings.worker == DRAIN_SETTINGS.worker
+    assert with_overrides(DRAIN_SETTINGS, None) is DRAIN_SETTINGS
+
+
+def test_admission_check_tells_the_scheduler_from_admit_at_submit() -> None:
+    from agentqueue.bench.admission import by_scheduler
+
+    trail = {"admit_actor": "scheduler", "submit_seq": 1, "admit_seq": 2}
+    # Admitted as submitted, the admit event carries the submit time.
+    assert not by_scheduler({**trail, "admit_after_submit_ms": 0.0})
+    assert by_scheduler({**trail, "admit_after_submit_ms": 3.5})
+    assert not by_scheduler({**trail, "admit_actor": "bench", "admit_after_submit_ms": 3.5})
+    assert not by_scheduler({"task_id": None})

@@ -7,6 +7,8 @@ table, a JSON file with every figure and a chart of the drain comparison. The mo
   SQLite, pgqueuer, procrastinate, Celery with Redis);
 - ``enqueue``: submit one at a time, and in bulk;
 - ``latency``: dispatch latency (created -> started) at a steady submission rate;
+- ``admission``: drain and latency again with admission limits on (the scheduler admits every
+  task), against the same figures with them off;
 - ``backlog``: claim latency with 1k, 100k and 1M tasks queued;
 - ``scaling``: 1, 2 and 4 worker processes on one PostgreSQL queue;
 - ``cost``: CPU and peak RSS of an idle and of a busy worker.
@@ -16,7 +18,15 @@ This package is imported only by the ``bench`` command; nothing else in agentque
 
 from __future__ import annotations
 
-BENCHMARKS: tuple[str, ...] = ("drain", "enqueue", "latency", "backlog", "scaling", "cost")
+BENCHMARKS: tuple[str, ...] = (
+    "drain",
+    "enqueue",
+    "latency",
+    "admission",
+    "backlog",
+    "scaling",
+    "cost",
+)
 """Every benchmark, in the order of the report."""
 
 __all__ = ["BENCHMARKS"]

@@ -2,13 +2,18 @@
 
 Roles (ARGS is a JSON object):
 
-- ``drain`` ``{url, n, concurrency}``: one worker with a no-op async handler runs until the
-  store shows ``n`` tasks completed; the time runs from worker start to that moment (the last
-  completion recorded), measured in this process.
-- ``serve`` ``{url, concurrency, task_type, sleep_secs, wait_go}``: a worker that runs until
-  SIGTERM; with ``wait_go`` it opens its connections, says ready, and starts on a ``go`` line.
+- ``drain`` ``{url, n, concurrency, settings}``: one worker with a no-op async handler runs
+  until the store shows ``n`` tasks completed; the time runs from worker start to that moment
+  (the last completion recorded), measured in this process.
+- ``serve`` ``{url, concurrency, task_type, sleep_secs, wait_go, settings}``: a worker that runs
+  until SIGTERM; with ``wait_go`` it opens its connections, says ready, and starts on a ``go``
+  line.
 - ``enqueue`` ``{url, one, bulk, task_type}``: submit ``one`` tasks one at a time, then ``bulk``
   with submit_many.
+
+``settings`` (optional) is laid over the role's settings, nested as in the configuration file
+(``{"admission": {"max_active": 1000}}``); ``drain``'s result and ``serve``'s ready message say
+whether the worker's admission is limited, so the parent can tell the settings took.
 
 Each prints JSON lines: ``{"event": "ready"}`` (serve: connections open), ``{"event":
 "started"}`` (serve: the worker runs) and ``{"event": "result", ...}`` at the end.
@@ -22,6 +27,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from ..config import Settings, WorkerSettings
@@ -47,6 +53,25 @@ def cpu_now() -> float:
 
 DRAIN_SETTINGS = Settings(worker=WorkerSettings(claims_in_flight=4, flushes_in_flight=4))
 """A worker tuned to drain no-op tasks: more claims and outcome writes under way at once."""
+
+
+def _overlay(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
+            out[key] = _overlay(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def with_overrides(base: Settings, overrides: Mapping[str, Any] | None) -> Settings:
+    """``base`` with ``overrides`` (nested dicts, as in the configuration file) laid over it;
+    sections it names keep the values ``base`` set unless overridden."""
+    if not overrides:
+        return base
+    # Only what base set explicitly: the rest comes back as defaults (or from the environment).
+    return Settings(**_overlay(base.model_dump(exclude_unset=True), overrides))
 
 
 def make_queue(
@@ -100,7 +125,8 @@ async def drain(args: dict[str, Any]) -> None:
     """Run one worker until ``n`` tasks are completed and recorded; report the time (from
     worker start until the store shows every task completed) and the cost."""
     n = int(args["n"])
-    queue = make_queue(args["url"], args.get("task_type", NOOP), settings=DRAIN_SETTINGS)
+    settings = with_overrides(DRAIN_SETTINGS, args.get("settings"))
+    queue = make_queue(args["url"], args.get("task_type", NOOP), settings=settings)
     await queue.open()
     worker = queue.worker(concurrency=int(args["concurrency"]))
     cpu0 = cpu_now()
@@ -127,18 +153,22 @@ async def drain(args: dict[str, Any]) -> None:
         cpu_secs=cpu,
         peak_rss_bytes=peak_rss_bytes(os.getpid()),
         shutdown_kicks=kicks,
+        admission_limited=settings.admission_limited,
     )
 
 
 async def serve(args: dict[str, Any]) -> None:
     """Run a worker until SIGTERM (after a ``go`` line on stdin when ``wait_go``)."""
-    queue = make_queue(args["url"], args.get("task_type", NOOP), float(args.get("sleep_secs", 0)))
+    settings = with_overrides(Settings(), args.get("settings"))
+    queue = make_queue(
+        args["url"], args.get("task_type", NOOP), float(args.get("sleep_secs", 0)), settings
+    )
     await queue.open()
     worker = queue.worker(concurrency=int(args["concurrency"]), grace_secs=10.0)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
-    emit("ready", pid=os.getpid())
+    emit("ready", pid=os.getpid(), admission_limited=settings.admission_limited)
     if args.get("wait_go"):
         line = await loop.run_in_executor(None, sys.stdin.readline)
         if line.strip() != "go":

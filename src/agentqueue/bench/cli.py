@@ -74,10 +74,11 @@ def bench(
     no_progress: bool,
     as_json: bool,
 ) -> None:
-    """Measure agentqueue (and its peers) on this machine: drain, enqueue, latency, backlog,
-    scaling, cost. Prints a markdown table; writes JSON, markdown and a drain chart.
+    """Measure agentqueue (and its peers) on this machine: drain, enqueue, latency, admission,
+    backlog, scaling, cost. Prints a markdown table; writes JSON, markdown and a drain chart.
 
-    BENCHMARKS are any of drain, enqueue, latency, backlog, scaling, cost (default: all).
+    BENCHMARKS are any of drain, enqueue, latency, admission, backlog, scaling, cost (default:
+    all).
     Targets are checked and shown, never enforced: the exit code is 0 unless a benchmark failed.
     """
     if setup_peers:

@@ -8,8 +8,10 @@ same work with their own drivers (``benchmarks/peers/``), run by the ``.peers/``
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from ..config import Settings
 from ..domain.states import TaskState
 from ..queue import AsyncQueue
 from .common import (
@@ -42,24 +44,53 @@ def steps(ctx: BenchContext) -> int:
     return len(BACKENDS) + (len(PEERS) if ctx.peers else 0)
 
 
-async def drain_agentqueue(
-    ctx: BenchContext, backend: Backend, n: int, concurrency: int, analyze: bool = False
-) -> dict[str, Any]:
-    """Preload ``n`` no-op tasks on a fresh database, drain them with one worker process; with
-    ``analyze`` the tables get planner statistics after the preload."""
+def describe(settings: Mapping[str, Any], prefix: str = "") -> str:
+    """Settings overrides as ``admission.max_active = 1000`` (dotted paths, comma-separated)."""
+    parts: list[str] = []
+    for key, value in settings.items():
+        if isinstance(value, Mapping):
+            parts.append(describe(value, f"{prefix}{key}."))
+        else:
+            parts.append(f"{prefix}{key} = {value}")
+    return ", ".join(parts)
+
+
+async def preload_fresh(
+    ctx: BenchContext, backend: Backend, n: int, settings: Mapping[str, Any] | None = None
+) -> tuple[str, float]:
+    """Preload ``n`` no-op tasks on a fresh database, submitted under ``settings`` overrides
+    (under admission limits they stay pending); return its URL and the submit rate."""
     url = await fresh_url(ctx, backend, "drain")
-    queue = AsyncQueue(url, actor="bench")
+    queue = (
+        AsyncQueue(url, actor="bench", settings=Settings(**settings))
+        if settings
+        else AsyncQueue(url, actor="bench")
+    )
     try:
         bar = ctx.progress.inner(n, f"preload {n:,} on {backend}")
         enqueue_rate = await preload(queue, n, NOOP, bar)
         bar.close()
     finally:
         await queue.close()
-    if analyze:
-        await analyze_tables(url)
-    child = await Child.start(
-        "drain", {"url": url, "n": n, "concurrency": concurrency}, ctx.work_dir, f"drain-{backend}"
-    )
+    return url, enqueue_rate
+
+
+async def drain_preloaded(
+    ctx: BenchContext,
+    backend: Backend,
+    url: str,
+    n: int,
+    concurrency: int,
+    enqueue_rate: float,
+    settings: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Drain the ``n`` tasks preloaded at ``url`` with one worker process, whose settings get
+    the ``settings`` overrides; with overrides, the result names them and says whether the
+    worker's admission was limited."""
+    args: dict[str, Any] = {"url": url, "n": n, "concurrency": concurrency}
+    if settings:
+        args["settings"] = dict(settings)
+    child = await Child.start("drain", args, ctx.work_dir, f"drain-{backend}")
     result = await child.message("result", within=max(120.0, n / 100))
     await child.wait(30)
     queue = AsyncQueue(url, actor="bench")
@@ -71,10 +102,13 @@ async def drain_agentqueue(
         raise ChildError(f"drain on {backend}: {completed} of {n} tasks completed")
     elapsed = float(result["elapsed"])
     cpu = float(result["cpu_secs"])
-    return {
+    described = f"one worker process, concurrency {concurrency}"
+    if settings:
+        described += f", {describe(settings)}"
+    out: dict[str, Any] = {
         "n": n,
         "store": backend,
-        "settings": f"one worker process, concurrency {concurrency}",
+        "settings": described,
         "enqueue_per_s": enqueue_rate,
         "drain_per_s": rate(n, elapsed),
         "drain_secs": elapsed,
@@ -82,6 +116,27 @@ async def drain_agentqueue(
         "cpu_percent": 100 * cpu / elapsed if elapsed > 0 else None,
         "peak_rss_mib": mib(result.get("peak_rss_bytes")),
     }
+    if settings:
+        out["overrides"] = dict(settings)
+        out["worker_admission_limited"] = result.get("admission_limited")
+    return out
+
+
+async def drain_agentqueue(
+    ctx: BenchContext,
+    backend: Backend,
+    n: int,
+    concurrency: int,
+    analyze: bool = False,
+    settings: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Preload ``n`` no-op tasks on a fresh database, drain them with one worker process; with
+    ``analyze`` the tables get planner statistics after the preload. ``settings`` (nested as in
+    the configuration file) is given to the preloading queue and laid over the worker's."""
+    url, enqueue_rate = await preload_fresh(ctx, backend, n, settings)
+    if analyze:
+        await analyze_tables(url)
+    return await drain_preloaded(ctx, backend, url, n, concurrency, enqueue_rate, settings)
 
 
 ANALYZED = "+stats"

@@ -2,17 +2,21 @@
 steady rate; afterwards every task's ``created_at`` and ``started_at`` are read back from the
 database, and created -> started is reported as p50 and p99.
 
-The path measured is the real one: submit (pending), notification, the worker's scheduler step
-admits it (queued), notification, claim (executing, ``started_at``).
+The path measured is the real one. With the default settings a task is admitted as it is
+submitted (queued), then notification, claim (executing, ``started_at``). Under admission limits
+(``measure`` with settings, as the admission benchmark runs it) the path is longer: submit
+(pending), notification, the worker's scheduler step admits it (queued), notification, claim.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
 from typing import Any
 
-from ..domain.states import TaskState
+from ..config import Settings
+from ..domain.states import Action, TaskState
 from ..queue import AsyncQueue
 from .common import BACKENDS, NOOP, Backend, BenchContext, Row, fmt_ms, percentile, target_row
 from .db import fresh_url, wait_for_count
@@ -42,20 +46,50 @@ async def started_minus_created(queue: AsyncQueue) -> list[float]:
             return out
 
 
-async def measure(ctx: BenchContext, backend: Backend) -> dict[str, Any]:
-    """Submit at the steady rate to an idle worker; the latency figures of one backend."""
+async def admit_trail(queue: AsyncQueue) -> dict[str, Any]:
+    """How the newest completed task got admitted, from its events: the admit event's actor, its
+    place after the submit event, and how long after the submit it came (0 ms when it was
+    admitted as it was submitted, since both events then carry the submit time)."""
+    page = await queue.list(state=TaskState.COMPLETED, limit=1)
+    if not page.items:
+        return {"task_id": None}
+    task = page.items[0]
+    events = await queue.events(task.id)
+    submit = next((e for e in events if e.action == Action.SUBMIT), None)
+    admit = next((e for e in events if e.action == Action.ADMIT), None)
+    return {
+        "task_id": str(task.id),
+        "actions": [str(e.action) for e in events],
+        "admit_actor": None if admit is None else admit.actor,
+        "submit_seq": None if submit is None else submit.seq,
+        "admit_seq": None if admit is None else admit.seq,
+        "admit_after_submit_ms": None
+        if admit is None or submit is None
+        else (admit.at - submit.at).total_seconds() * 1000,
+    }
+
+
+async def measure(
+    ctx: BenchContext, backend: Backend, settings: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Submit at the steady rate to an idle worker; the latency figures of one backend.
+    ``settings`` (nested as in the configuration file) is given to the submitting queue and to
+    the worker; with it, the result names it and says whether the worker's admission was
+    limited."""
     per_sec = ctx.sizes.latency_rate
     n = max(1, round(per_sec * ctx.sizes.latency_secs))
     url = await fresh_url(ctx, backend, "latency")
-    child = await Child.start(
-        "serve",
-        {"url": url, "concurrency": WORKER_CONCURRENCY, "task_type": NOOP},
-        ctx.work_dir,
-        f"latency-{backend}",
+    args: dict[str, Any] = {"url": url, "concurrency": WORKER_CONCURRENCY, "task_type": NOOP}
+    if settings:
+        args["settings"] = dict(settings)
+    child = await Child.start("serve", args, ctx.work_dir, f"latency-{backend}")
+    queue = (
+        AsyncQueue(url, actor="bench", settings=Settings(**settings))
+        if settings
+        else AsyncQueue(url, actor="bench")
     )
-    queue = AsyncQueue(url, actor="bench")
     try:
-        await child.message("ready", within=60)
+        ready = await child.message("ready", within=60)
         await child.message("started", within=60)
         await queue.open()
         await asyncio.sleep(ctx.sizes.settle_secs)  # the worker is idle now
@@ -69,10 +103,11 @@ async def measure(ctx: BenchContext, backend: Backend) -> dict[str, Any]:
         await wait_for_count(queue, TaskState.COMPLETED, n, within=60)
         await child.stop()
         values = await started_minus_created(queue)
+        trail = await admit_trail(queue) if settings else None
     finally:
         await child.kill()
         await queue.close()
-    return {
+    out: dict[str, Any] = {
         "n": n,
         "rate_per_s": per_sec,
         "achieved_rate_per_s": n / submit_secs if submit_secs > 0 else None,
@@ -84,6 +119,11 @@ async def measure(ctx: BenchContext, backend: Backend) -> dict[str, Any]:
         "max_ms": max(values) if values else None,
         "mean_ms": sum(values) / len(values) if values else None,
     }
+    if settings:
+        out["overrides"] = dict(settings)
+        out["worker_admission_limited"] = ready.get("admission_limited")
+        out["admit_trail"] = trail
+    return out
 
 
 async def run(ctx: BenchContext) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from types import ModuleType
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from . import BENCHMARKS, backlog, cost, drain, enqueue, latency, scaling
+from . import BENCHMARKS, admission, backlog, cost, drain, enqueue, latency, scaling
 from .common import BenchContext, Progress, Row, Sizes
 from .db import ensure_database, scalar, server_version
 from .facts import machine
@@ -29,11 +29,12 @@ MODULES: dict[str, ModuleType] = {
     "drain": drain,
     "enqueue": enqueue,
     "latency": latency,
+    "admission": admission,
     "backlog": backlog,
     "scaling": scaling,
     "cost": cost,
 }
-RUN_ORDER = ("drain", "enqueue", "latency", "scaling", "cost", "backlog")
+RUN_ORDER = ("drain", "enqueue", "latency", "admission", "scaling", "cost", "backlog")
 
 
 @dataclass

@@ -1,0 +1,219 @@
+"""Admission: the drain and the dispatch latency re-run with admission limits on, against the
+same figures with them off, both taken in this one run.
+
+Without limits (the default) a task is admitted as it is submitted. With a cap
+(``admission.max_active``) nothing is admitted at submit: tasks stay pending until the scheduler
+inside a worker (the one holding the leadership lease) admits them through the limited planner,
+which counts queued and executing work against the cap. This benchmark shows what that costs.
+
+For each backend: the drain benchmark's drain (same N, same worker concurrency and tuning) with
+admission off, then on; then the latency benchmark's measurement, off, then on. "On" gives
+``admission.max_active`` both to the queue that submits in this process and to the worker
+process. The on passes are checked: every preloaded task must still be pending, the worker must
+report its admission limited, and a task's admit event must come from the scheduler, after its
+submit event; if not, the benchmark fails rather than report figures of the wrong path.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..domain.states import TaskState
+from ..queue import AsyncQueue
+from ..service.records import ADMITTER
+from .common import (
+    BACKENDS,
+    Backend,
+    BenchContext,
+    Row,
+    fmt_ms,
+    fmt_rate,
+    fmt_ratio,
+    ratio,
+    target_row,
+)
+from .db import count
+from .drain import describe, drain_preloaded, preload_fresh
+from .latency import WORKER_CONCURRENCY, admit_trail, measure
+
+NAME = "admission"
+SYSTEMS = {"postgresql": "agentqueue (PostgreSQL)", "sqlite": "agentqueue (SQLite)"}
+MAX_ACTIVE = 1000
+LIMITS: dict[str, Any] = {"admission": {"max_active": MAX_ACTIVE}}
+"""The settings of the "on" passes, nested as in the configuration file."""
+DRAIN_RATIO_TARGET = 0.9
+"""Admission on may cost at most 10% of the drain rate (PostgreSQL)."""
+
+
+class AdmissionNotOn(RuntimeError):
+    """An "on" pass did not go through the scheduler's limited admission."""
+
+
+def steps(ctx: BenchContext) -> int:
+    """Progress steps of this benchmark."""
+    return 4 * len(BACKENDS)
+
+
+async def drain_pass(ctx: BenchContext, backend: Backend, on: bool) -> dict[str, Any]:
+    """The drain benchmark's drain, with the admission limits when ``on``; with how many tasks
+    were pending after the preload and how the newest one got admitted."""
+    n, limits = ctx.sizes.drain_n, LIMITS if on else None
+    url, enqueue_rate = await preload_fresh(ctx, backend, n, limits)
+    queue = AsyncQueue(url, actor="bench")
+    try:
+        pending = await count(queue, TaskState.PENDING)
+    finally:
+        await queue.close()
+    result = await drain_preloaded(
+        ctx, backend, url, n, ctx.sizes.drain_concurrency, enqueue_rate, limits
+    )
+    queue = AsyncQueue(url, actor="bench")
+    try:
+        trail = await admit_trail(queue)
+    finally:
+        await queue.close()
+    return {**result, "pending_after_preload": pending, "admit_trail": trail}
+
+
+def by_scheduler(trail: dict[str, Any] | None) -> bool:
+    """Whether a task's admit event came from the scheduler, as a step of its own after the
+    submit (admitted at submit, both events carry the submit time)."""
+    if not trail or trail.get("admit_actor") != ADMITTER:
+        return False
+    gap, admit_seq, submit_seq = (
+        trail.get("admit_after_submit_ms"),
+        trail.get("admit_seq"),
+        trail.get("submit_seq"),
+    )
+    if gap is None or admit_seq is None or submit_seq is None:
+        return False
+    return bool(gap > 0 and admit_seq > submit_seq)
+
+
+def check_on(backend: Backend, drain_on: dict[str, Any], latency_on: dict[str, Any]) -> None:
+    """Raise AdmissionNotOn unless both "on" passes went through the limited admission."""
+    n = drain_on["n"]
+    problems: list[str] = []
+    if drain_on["pending_after_preload"] != n:
+        problems.append(
+            f"{drain_on['pending_after_preload']} of {n} tasks pending after the preload"
+        )
+    if drain_on.get("worker_admission_limited") is not True:
+        problems.append("the drain worker's admission was not limited")
+    if not by_scheduler(drain_on.get("admit_trail")):
+        problems.append(
+            f"a drained task was not admitted by the scheduler: {drain_on['admit_trail']}"
+        )
+    if latency_on.get("worker_admission_limited") is not True:
+        problems.append("the latency worker's admission was not limited")
+    if not by_scheduler(latency_on.get("admit_trail")):
+        problems.append(
+            f"a latency task was not admitted by the scheduler: {latency_on['admit_trail']}"
+        )
+    if problems:
+        raise AdmissionNotOn(f"admission on {backend}: " + "; ".join(problems))
+
+
+async def run(ctx: BenchContext) -> dict[str, Any]:
+    """Drain and latency, admission off then on, on both backends; fails if an "on" pass did
+    not go through the scheduler's limited admission."""
+    systems: dict[str, Any] = {}
+    sanity: dict[str, Any] = {}
+    for backend in BACKENDS:
+        figures: dict[str, Any] = {}
+        for on in (False, True):
+            what = "on" if on else "off"
+            ctx.progress.step(f"admission: drain on {backend}, admission {what}")
+            figures[f"drain_{what}"] = await drain_pass(ctx, backend, on)
+            ctx.progress.done()
+        for on in (False, True):
+            what = "on" if on else "off"
+            ctx.progress.step(f"admission: latency on {backend}, admission {what}")
+            figures[f"latency_{what}"] = await measure(ctx, backend, LIMITS if on else None)
+            ctx.progress.done()
+        figures["drain_ratio"] = ratio(
+            figures["drain_on"]["drain_per_s"], figures["drain_off"]["drain_per_s"]
+        )
+        systems[backend] = figures
+        check_on(backend, figures["drain_on"], figures["latency_on"])
+        drain_on, drain_off = figures["drain_on"], figures["drain_off"]
+        sanity[backend] = {
+            "admission_on": True,
+            "n": drain_on["n"],
+            "pending_after_preload_on": drain_on["pending_after_preload"],
+            "pending_after_preload_off": drain_off["pending_after_preload"],
+            "drain_worker_admission_limited": drain_on["worker_admission_limited"],
+            "latency_worker_admission_limited": figures["latency_on"]["worker_admission_limited"],
+            "drain_admit_on": drain_on["admit_trail"],
+            "drain_admit_off": drain_off["admit_trail"],
+            "latency_admit_on": figures["latency_on"]["admit_trail"],
+        }
+    sizes = ctx.sizes
+    notes = [
+        f"Admission on: {describe(LIMITS)}, given to the queue that submits (under limits nothing "
+        "is admitted at submit, so tasks stay pending) and to the worker process, whose "
+        "scheduler (inside the worker, holding the leadership lease) admits them through the "
+        "limited planner, counting queued + executing against the cap. Admission off: the "
+        "default settings, where a task is admitted as it is submitted.",
+        f"Drain as in the drain benchmark (N={sizes.drain_n:,}, one worker process, concurrency "
+        f"{sizes.drain_concurrency}), admission off then on, each on a fresh database. The cap "
+        f"({MAX_ACTIVE:,}) is above the worker's concurrency, so it never idles the worker by "
+        "itself: the difference is the cost of admitting through the scheduler (a write of its "
+        "own, and a wake-up when the worker's queue runs dry).",
+        f"Latency as in the latency benchmark ({sizes.latency_rate:g}/s for "
+        f"{sizes.latency_secs:g} s, worker concurrency {WORKER_CONCURRENCY}), off then on; on, a "
+        "task's path is submit (pending), notification, the scheduler admits it (queued), "
+        "notification, claim. The targets hold on PostgreSQL; SQLite is for information.",
+        "Checked on every on pass (JSON: sanity): all N tasks pending after the preload (none "
+        "with admission off), the worker reports its admission limited, and a task's admit "
+        "event comes from the scheduler as a step after its submit event.",
+    ]
+    return {"max_active": MAX_ACTIVE, "systems": systems, "sanity": sanity, "notes": notes}
+
+
+def rows(result: dict[str, Any]) -> list[Row]:
+    """Per backend: both drain rates and their ratio, latency on and off; the targets (drain
+    on/off >= 0.9x, p50 <= 5 ms and p99 <= 25 ms with admission on) hold on PostgreSQL."""
+    out: list[Row] = []
+    for backend, data in result.get("systems", {}).items():
+        system = SYSTEMS.get(backend, backend)
+        off, on = data["drain_off"], data["drain_on"]
+        for what, figures in (("off", off), ("on", on)):
+            value = figures["drain_per_s"]
+            out.append(
+                Row(
+                    NAME,
+                    system,
+                    f"drain, admission {what}: {fmt_rate(value)} (N={figures['n']:,})",
+                    value,
+                )
+            )
+        value = data["drain_ratio"]
+        lat_on, lat_off = data["latency_on"], data["latency_off"]
+        if backend == "postgresql":
+            out += [
+                target_row(NAME, system, "drain on/off", value, ">=", DRAIN_RATIO_TARGET, "x"),
+                target_row(NAME, system, "p50, admission on", lat_on["p50_ms"], "<=", 5, " ms"),
+                target_row(NAME, system, "p99, admission on", lat_on["p99_ms"], "<=", 25, " ms"),
+            ]
+        else:
+            out += [
+                Row(NAME, system, f"drain on/off: {fmt_ratio(value)}", value),
+                Row(
+                    NAME,
+                    system,
+                    f"latency, admission on: p50 {fmt_ms(lat_on['p50_ms'])}, "
+                    f"p99 {fmt_ms(lat_on['p99_ms'])}",
+                    lat_on["p99_ms"],
+                ),
+            ]
+        out.append(
+            Row(
+                NAME,
+                system,
+                f"latency, admission off: p50 {fmt_ms(lat_off['p50_ms'])}, "
+                f"p99 {fmt_ms(lat_off['p99_ms'])}",
+                lat_off["p99_ms"],
+            )
+        )
+    return out
