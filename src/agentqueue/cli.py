@@ -6,6 +6,7 @@ Exit codes: 0 success, 2 bad input (usage errors and invalid fields), 1 anything
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import getpass
 import json
 import os
@@ -668,6 +669,175 @@ def serve(ctx: click.Context, /, **options: Any) -> None:
     """Run the scheduler and a worker in one process (the embedded deployment)."""
     options["scheduler"] = True
     _run_worker(ctx, **options)
+
+
+@main.command()
+@click.option("--id", "holder", help="This scheduler's name in the lease (default host-pid).")
+@click.pass_context
+def scheduler(ctx: click.Context, holder: str | None) -> None:
+    """Run a scheduler alone: it competes for the leadership (one leads at a time, over every
+    process sharing the database) and, while it leads, takes back lapsed leases, retries,
+    settles dependencies, admits work under the limits, fires cron slots and purges dead
+    letters. Workers run one by default; this is for deployments that run it apart."""
+    import logging
+    import signal
+
+    logging.basicConfig(
+        level=os.environ.get("AGENTQUEUE_LOG_LEVEL", "INFO").upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+    async def go(queue: AsyncQueue) -> None:
+        await queue.open()
+        job = asyncio.create_task(queue.run_scheduler(holder=holder))
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, job.cancel)
+        with contextlib.suppress(asyncio.CancelledError):
+            await job
+
+    run(ctx, go)
+
+
+@main.command()
+@click.argument("task_type", metavar="TYPE", required=False)
+@click.option("--reason", default="", help="Why, for the log and `pause` listing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the paused types as JSON.")
+@click.pass_context
+def pause(ctx: click.Context, task_type: str | None, reason: str, as_json: bool) -> None:
+    """Pause task type TYPE during an incident: none of its tasks is admitted or claimed until
+    `resume TYPE` (running ones go on). Without TYPE, list the paused types."""
+    actor = ctx.find_root().obj["actor"]
+
+    async def go(queue: AsyncQueue) -> list[Any]:
+        if task_type is not None:
+            await queue.pause(task_type, actor=actor, reason=reason)
+        return await queue.paused()
+
+    paused = run(ctx, go)
+    if as_json:
+        emit_json([{**vars(p), "paused_at": p.paused_at.isoformat()} for p in paused])
+    elif task_type is not None:
+        click.echo(f"paused {task_type}")
+    elif not paused:
+        click.echo("no task type is paused")
+    else:
+        table(
+            ["TYPE", "SINCE", "BY", "REASON"],
+            [[p.task_type, _ago(p.paused_at), p.paused_by, p.reason] for p in paused],
+        )
+
+
+@main.command()
+@click.argument("task_type", metavar="TYPE")
+@click.pass_context
+def resume(ctx: click.Context, task_type: str) -> None:
+    """Resume task type TYPE after `pause`."""
+    actor = ctx.find_root().obj["actor"]
+    resumed = run(ctx, lambda q: q.resume(task_type, actor=actor))
+    click.echo(f"resumed {task_type}" if resumed else f"{task_type} was not paused")
+
+
+@main.group()
+def schedules() -> None:
+    """Cron schedules: submit a task at every slot of a cron expression."""
+
+
+@schedules.command("add")
+@click.argument("name")
+@click.option(
+    "--cron",
+    "cron_expr",
+    required=True,
+    help='Five cron fields in the time zone, e.g. "*/5 * * * *", or @hourly/@daily/...',
+)
+@click.option("--tz", default="UTC", show_default=True, help="IANA time zone, e.g. Asia/Shanghai.")
+@click.option(
+    "--task",
+    "task_json",
+    required=True,
+    help="Task fields as a JSON object (title, task_type, ...), or @file.json (@- for stdin).",
+)
+@click.option(
+    "--catch-up",
+    type=click.Choice(["skip", "once"]),
+    default="skip",
+    show_default=True,
+    help="Slots missed while no scheduler ran: skip them, or fire the latest one once.",
+)
+@click.option("--tenant", help="Owner of the schedule and of its tasks.")
+@click.option("--json", "as_json", is_flag=True, help="Print the schedule as JSON.")
+@click.pass_context
+def schedules_add(
+    ctx: click.Context,
+    name: str,
+    cron_expr: str,
+    tz: str,
+    task_json: str,
+    catch_up: str,
+    tenant: str | None,
+    as_json: bool,
+) -> None:
+    """Add schedule NAME: one task per slot, exactly once even with several schedulers."""
+    try:
+        task = read_json_arg(task_json, "task")
+    except InvalidInput as exc:
+        fail(str(exc), EXIT_BAD_INPUT)
+    added = run(
+        ctx,
+        lambda q: q.add_schedule(
+            name, cron=cron_expr, task=task, tz=tz, catch_up=catch_up, tenant=tenant
+        ),
+    )
+    if as_json:
+        emit_json(added.to_json())
+    else:
+        click.echo(
+            f"added schedule {added.name} (tenant {added.tenant}); "
+            f"first slot {_ago(added.next_at)} UTC"
+        )
+
+
+@schedules.command("list")
+@click.option("--tenant", help="Only this tenant.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
+@click.pass_context
+def schedules_list(ctx: click.Context, tenant: str | None, as_json: bool) -> None:
+    """List schedules by tenant and name (times in UTC)."""
+    found = run(ctx, lambda q: q.schedules(tenant=tenant))
+    if as_json:
+        emit_json([s.to_json() for s in found])
+        return
+    table(
+        ["name", "tenant", "cron", "tz", "catch_up", "next", "last slot", "task"],
+        [
+            [
+                s.name,
+                s.tenant,
+                s.cron,
+                s.tz,
+                s.catch_up.value,
+                _ago(s.next_at),
+                _ago(s.last_slot_at),
+                _short(str(s.task.get("title", "")), 32),
+            ]
+            for s in found
+        ],
+    )
+
+
+@schedules.command("rm")
+@click.argument("name")
+@click.option("--tenant", help="Tenant of the schedule.")
+@click.option("--json", "as_json", is_flag=True, help="Print the removed schedule as JSON.")
+@click.pass_context
+def schedules_rm(ctx: click.Context, name: str, tenant: str | None, as_json: bool) -> None:
+    """Remove schedule NAME (tasks it already submitted stay)."""
+    removed = run(ctx, lambda q: q.remove_schedule(name, tenant=tenant))
+    if as_json:
+        emit_json(removed.to_json())
+    else:
+        click.echo(f"removed schedule {removed.name} (tenant {removed.tenant})")
 
 
 @main.command()

@@ -14,11 +14,19 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from .domain.errors import ConfigError, FieldProblem
 from .domain.priority import DEFAULT_AGING_INTERVAL_SECS
+from .domain.retention import RetentionPolicy
 from .domain.retry import BackoffPolicy
 from .spec import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_TENANT
 
@@ -59,6 +67,57 @@ class TaskTypeSettings(_Section):
     """Per task_type settings."""
 
     timeout_secs: int | None = Field(default=None, ge=1, le=7 * 86_400)
+    rate_limit: str | None = None
+    """The name of a ``[rate_limits.NAME]`` bucket every task of this type draws from."""
+
+
+class RateLimitSettings(_Section):
+    """A named token bucket (R12), kept in the database and shared by every scheduler.
+
+    Each admission takes a token; tokens come back at ``per_minute`` a minute, and at most
+    ``burst`` are saved up. With the default burst of 1, admissions are spaced evenly, so no
+    60-second window ever sees more than ``per_minute`` of them; a burst of ``b`` allows up to
+    ``per_minute + b - 1`` in a window.
+    """
+
+    per_minute: float = Field(gt=0, le=1_000_000)
+    burst: int = Field(default=1, ge=1, le=1_000_000)
+
+
+class AdmissionSettings(_Section):
+    """How the scheduler admits pending work (R12)."""
+
+    max_active: int | None = Field(default=None, ge=1, le=10_000_000)
+    """A global cap on admitted work (queued plus executing); none by default."""
+    fair_share: bool = True
+    """Among tasks of equal rank, serve the tenant with the least admitted work (per weight)
+    first, so one tenant's backlog cannot starve another."""
+    tenant_weights: dict[str, float] = Field(default_factory=dict)
+    """A tenant of weight 2 gets twice the share of one of weight 1 (the default)."""
+
+    @field_validator("tenant_weights")
+    @classmethod
+    def _weights(cls, weights: dict[str, float]) -> dict[str, float]:
+        for tenant, weight in weights.items():
+            if not 0 < weight <= 1000:
+                raise ValueError(f"the weight of {tenant!r} must be above 0 and at most 1000")
+        return weights
+
+
+class SchedulerSettings(_Section):
+    """The scheduler loop and its leadership (R21)."""
+
+    tick_secs: float = Field(default=1.0, gt=0, le=60)
+    """The regular pass; notifications wake it sooner."""
+    leader_ttl_secs: float = Field(default=5.0, ge=1, le=300)
+    """A leader that stops renewing is replaced this long after its last renewal."""
+    renew_secs: float = Field(default=1.0, gt=0, le=60)
+
+    @model_validator(mode="after")
+    def _renew_within_ttl(self) -> SchedulerSettings:
+        if self.renew_secs * 2 > self.leader_ttl_secs:
+            raise ValueError("renew_secs: must be at most half of leader_ttl_secs")
+        return self
 
 
 class AgentSettings(_Section):
@@ -73,6 +132,10 @@ class AgentSettings(_Section):
     command: list[str] = Field(min_length=1)
     task_types: list[str] = Field(min_length=1)
     max_concurrent: int = Field(default=1, ge=1, le=10_000)
+    """The agent's cap: at most this many of its tasks admitted at once, over every worker
+    (R12); each worker also runs at most this many at once."""
+    rate_limit: str | None = None
+    """The name of a ``[rate_limits.NAME]`` bucket every task of this agent draws from."""
     env: list[str] = Field(default_factory=list)
     timeout_secs: int | None = Field(default=None, ge=1, le=7 * 86_400)
     cpu_secs: int | None = Field(default=None, ge=1)
@@ -110,6 +173,40 @@ class WorkerSettings(_Section):
     workdir: str | None = None
 
 
+class AlertSettings(_Section):
+    """Where a P0 task entering dead_letter is announced (R8), besides the error log line.
+
+    The URL may carry a token, so it is kept out of reprs, logs and error messages.
+    """
+
+    url: str | None = Field(default=None, repr=False)
+    """The webhook that gets a POST (JSON) for each alert; none: the log line only."""
+    timeout_secs: float = Field(default=10.0, gt=0, le=300)
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, url: str | None) -> str | None:
+        if url is None or url == "":
+            return None
+        scheme, sep, rest = url.partition("://")
+        host = rest.split("/", 1)[0].split("?", 1)[0].rpartition("@")[2]
+        # The message never repeats the value: it may hold a secret.
+        if not sep or scheme.lower() not in ("http", "https") or not host or url != url.strip():
+            raise ValueError("must be an http:// or https:// URL with a host")
+        return url
+
+
+class RetentionSettings(_Section):
+    """How long dead letters are kept before they are purged (R8), in days."""
+
+    dead_letter_p0_days: float = Field(default=30.0, gt=0, le=36_500)
+    dead_letter_days: float = Field(default=7.0, gt=0, le=36_500)
+
+    def policy(self) -> RetentionPolicy:
+        """As the domain's RetentionPolicy."""
+        return RetentionPolicy(self.dead_letter_p0_days, self.dead_letter_days)
+
+
 class Settings(BaseSettings):
     """Everything configurable. Build with :func:`load_settings`."""
 
@@ -128,6 +225,31 @@ class Settings(BaseSettings):
     task_types: dict[str, TaskTypeSettings] = Field(default_factory=dict)
     worker: WorkerSettings = Field(default_factory=WorkerSettings)
     agents: dict[str, AgentSettings] = Field(default_factory=dict)
+    admission: AdmissionSettings = Field(default_factory=AdmissionSettings)
+    rate_limits: dict[str, RateLimitSettings] = Field(default_factory=dict)
+    scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
+    alerts: AlertSettings = Field(default_factory=AlertSettings)
+    retention: RetentionSettings = Field(default_factory=RetentionSettings)
+
+    @model_validator(mode="after")
+    def _known_rate_limits(self) -> Settings:
+        named = [
+            (f"task_types.{name}.rate_limit", t.rate_limit) for name, t in self.task_types.items()
+        ] + [(f"agents.{name}.rate_limit", a.rate_limit) for name, a in self.agents.items()]
+        for where, limit in named:
+            if limit is not None and limit not in self.rate_limits:
+                raise ValueError(f"{where}: no [rate_limits.{limit}] is configured")
+        return self
+
+    @property
+    def admission_limited(self) -> bool:
+        """Whether admission weighs caps or rate limits (then every task waits for the
+        scheduler, which counts what is admitted; nothing is admitted as it is submitted)."""
+        return (
+            self.admission.max_active is not None
+            or bool(self.agents)
+            or any(t.rate_limit for t in self.task_types.values())
+        )
 
     @classmethod
     def settings_customise_sources(
@@ -162,11 +284,18 @@ def load_settings(path: str | os.PathLike[str] | None = None) -> Settings:
     try:
         return Settings(**data)
     except ValidationError as exc:
-        problems = [
-            FieldProblem(
-                ".".join(str(p) for p in err["loc"]),
-                "unknown setting" if err["type"] == "extra_forbidden" else str(err["msg"]),
-            )
-            for err in exc.errors(include_url=False, include_input=False)
-        ]
+        problems = [_problem(err) for err in exc.errors(include_url=False, include_input=False)]
         raise ConfigError(problems) from None
+
+
+def _problem(err: Any) -> FieldProblem:
+    path = [str(p) for p in err["loc"]]
+    if err["type"] == "extra_forbidden":
+        return FieldProblem(".".join(path), "unknown setting")
+    message = str(err["msg"]).removeprefix("Value error, ")
+    # Rules over several values name the one at fault first: "renew_secs: must be ...".
+    head, sep, rest = message.partition(": ")
+    if sep and re.fullmatch(r"[A-Za-z_][\w.]*", head):
+        path.append(head)
+        message = rest
+    return FieldProblem(".".join(path), message)

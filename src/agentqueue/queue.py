@@ -20,20 +20,28 @@ from uuid import UUID
 
 from .clock import Clock, SystemClock
 from .config import Settings, load_settings
+from .delivery.alerts import deliver_due_alerts
 from .domain.errors import InvalidInput
 from .domain.models import Event, LogRecord, Task
+from .domain.schedule import Schedule
 from .domain.states import Action, Refusal, TaskState
 from .executors.inprocess import Handler
 from .ids import parse_task_id
-from .service import actions, audit, execution, maintenance, reads, submit
+from .scheduler import steps as maintenance
+from .scheduler.leader import LEADERSHIP
+from .scheduler.loop import Scheduler
+from .scheduler.retention import purge_expired_dead_letters
+from .scheduler.steps import PERIODIC_STEPS, TickReport
+from .service import actions, audit, execution, pausing, reads, submit
+from .service import schedules as cron_schedules
 from .service.audit import VerifyReport
 from .service.execution import HeartbeatReply, Outcome, OutcomeKind
-from .service.maintenance import TickReport
 from .service.reads import Stats, TaskPage
 from .service.runtime import Runtime
 from .service.submit import SubmitResult
 from .spec import TaskSpec
 from .store import DEFAULT_URL, Lease, Store, make_store
+from .store.base import LeaderInfo, PausedType
 from .worker.assemble import build_executors
 from .worker.runner import Worker, WorkerOptions, default_worker_id
 
@@ -133,6 +141,10 @@ class AsyncQueue:
                     await self._rt.store.open()
                     self._opened = True
         return self._rt
+
+    async def runtime(self) -> Runtime:
+        """The store (opened), settings and clock every service function works with."""
+        return await self._ready()
 
     async def open(self) -> None:
         """Connect and migrate now rather than on first use."""
@@ -328,6 +340,50 @@ class AsyncQueue:
         """One scheduler pass: reclaim, promote retries, admit."""
         return await maintenance.tick(await self._ready())
 
+    async def deliver_alerts(self, limit: int = 50) -> int:
+        """Send due dead-letter alerts (R8) to the configured webhook; return how many were
+        delivered. Failed ones are tried again later, with backoff, until delivered."""
+        return await deliver_due_alerts(await self._ready(), limit=limit)
+
+    async def purge_dead_letters(self, limit: int = 500) -> int:
+        """Purge dead letters kept past their retention (R8); return how many. Their audit
+        events stay, ending with the purge."""
+        return await purge_expired_dead_letters(await self._ready(), limit)
+
+    def scheduler(self, *, holder: str | None = None, listen: bool = True) -> Scheduler:
+        """A scheduler on this queue (run it with ``await scheduler.run()``): it competes for
+        the leadership and, while it leads, runs every step (see agentqueue.scheduler)."""
+        if not self._opened:
+            raise RuntimeError("open the queue before making a scheduler")
+        return Scheduler(
+            self._rt, holder or default_worker_id(), listen=listen, periodic=PERIODIC_STEPS
+        )
+
+    async def run_scheduler(self, *, holder: str | None = None) -> None:
+        """Run a scheduler until cancelled."""
+        await self._ready()
+        await self.scheduler(holder=holder).run()
+
+    async def leader(self) -> LeaderInfo | None:
+        """Who holds (or last held) the scheduler leadership."""
+        return await (await self._ready()).store.leader(LEADERSHIP)
+
+    async def pause(
+        self, task_type: str, *, actor: str | None = None, reason: str = ""
+    ) -> PausedType:
+        """Stop admitting and claiming tasks of ``task_type`` (an incident switch)."""
+        return await pausing.pause(
+            await self._ready(), task_type, actor=actor or self.actor, reason=reason
+        )
+
+    async def resume(self, task_type: str, *, actor: str | None = None) -> bool:
+        """Undo :meth:`pause`; False if the type was not paused."""
+        return await pausing.resume(await self._ready(), task_type, actor=actor or self.actor)
+
+    async def paused(self) -> list[PausedType]:
+        """Every paused task type."""
+        return await pausing.paused(await self._ready())
+
     async def logs(self, task_id: UUID | str) -> list[LogRecord]:
         """Captured output of a task's attempts (agent stdout/stderr, handler log lines)."""
         task = await self.get(task_id)
@@ -433,6 +489,64 @@ class AsyncQueue:
     async def verify(self) -> VerifyReport:
         """Check every task's audit chain; the report names the first bad event."""
         return await audit.verify(await self._ready())
+
+    # --- cron schedules ---------------------------------------------------------------------
+
+    def _schedule_tenant(self, tenant: str | None) -> str | None:
+        if self.tenant is not None and tenant is not None and tenant != self.tenant:
+            raise InvalidInput(f"must be {self.tenant!r} here", "tenant")
+        return self.tenant or tenant
+
+    async def add_schedule(
+        self,
+        name: str,
+        *,
+        cron: str,
+        task: TaskSpec | Mapping[str, Any],
+        tz: str = "UTC",
+        catch_up: str = "skip",
+        tenant: str | None = None,
+    ) -> Schedule:
+        """Submit ``task`` (task fields, as for ``submit``) at every slot of the cron expression
+        ``cron`` in time zone ``tz``, e.g. ``add_schedule("nightly", cron="0 2 * * *",
+        tz="Europe/Berlin", task={"title": "Dependency audit", "task_type": "review"})``.
+
+        ``catch_up`` says what happens to slots missed while no scheduler ran: ``skip`` (only a
+        slot at most a minute late fires) or ``once`` (the latest missed slot fires once).
+        Raises InvalidInput naming each bad field (``cron``, ``tz``, ``task.title``...);
+        nothing is written then.
+        """
+        template = (
+            task.model_dump(mode="json", exclude_unset=True) if isinstance(task, TaskSpec) else task
+        )
+        return await cron_schedules.add_schedule(
+            await self._ready(),
+            name,
+            cron=cron,
+            task=template,
+            tz=tz,
+            catch_up=catch_up,
+            tenant=self._schedule_tenant(tenant),
+            actor=self.actor,
+        )
+
+    async def schedules(self, *, tenant: str | None = None) -> list[Schedule]:
+        """The cron schedules (of this queue's tenant, else of ``tenant``, else of all)."""
+        return await cron_schedules.list_schedules(
+            await self._ready(), self._schedule_tenant(tenant)
+        )
+
+    async def remove_schedule(self, name: str, *, tenant: str | None = None) -> Schedule:
+        """Remove a cron schedule and return it; NotFound if there is none by that name.
+        Tasks it already submitted are left as they are."""
+        return await cron_schedules.remove_schedule(
+            await self._ready(), self._schedule_tenant(tenant), name
+        )
+
+    async def fire_schedules(self) -> int:
+        """Submit the tasks of every due cron slot (a scheduler step); return how many were
+        created. Any number of schedulers may run it at once: each slot fires once."""
+        return await cron_schedules.fire_due_schedules(await self._ready())
 
     # Last, so that ``list`` in the annotations above still means the builtin.
     async def list(
@@ -581,6 +695,16 @@ class Queue:
     reclaim_lapsed = _facade(AsyncQueue.reclaim_lapsed)
     promote_due_retries = _facade(AsyncQueue.promote_due_retries)
     tick = _facade(AsyncQueue.tick)
+    pause = _facade(AsyncQueue.pause)
+    resume = _facade(AsyncQueue.resume)
+    paused = _facade(AsyncQueue.paused)
+    leader = _facade(AsyncQueue.leader)
+    deliver_alerts = _facade(AsyncQueue.deliver_alerts)
+    purge_dead_letters = _facade(AsyncQueue.purge_dead_letters)
     verify = _facade(AsyncQueue.verify)
     logs = _facade(AsyncQueue.logs)
+    add_schedule = _facade(AsyncQueue.add_schedule)
+    schedules = _facade(AsyncQueue.schedules)
+    remove_schedule = _facade(AsyncQueue.remove_schedule)
+    fire_schedules = _facade(AsyncQueue.fire_schedules)
     list = _facade(AsyncQueue.list)

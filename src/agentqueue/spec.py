@@ -34,7 +34,8 @@ DEFAULT_TENANT = "default"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,63}$")
 
 
-def _check_name(value: str, what: str) -> str:
+def check_name(value: str, what: str) -> str:
+    """``value`` if it is a valid name (of a task type, tenant, agent, ...); else ValueError."""
     if not _NAME.match(value):
         raise ValueError(
             f"{what} must be 1-64 letters, digits or _.:@- starting with a letter or digit"
@@ -51,6 +52,9 @@ class TaskSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    id: UUID | None = None
+    """Chosen by the caller, so tasks of one batch can name each other in depends_on; the
+    same id again (in the same tenant) is the same task."""
     title: str = Field(min_length=1, max_length=256)
     task_type: str
     payload: dict[str, Any] = Field(default_factory=dict)
@@ -79,17 +83,17 @@ class TaskSpec(BaseModel):
     @field_validator("task_type")
     @classmethod
     def _task_type(cls, value: str) -> str:
-        return _check_name(value, "task_type")
+        return check_name(value, "task_type")
 
     @field_validator("tenant")
     @classmethod
     def _tenant(cls, value: str) -> str:
-        return _check_name(value, "tenant")
+        return check_name(value, "tenant")
 
     @field_validator("assignee")
     @classmethod
     def _assignee(cls, value: str | None) -> str | None:
-        return None if value is None else _check_name(value, "assignee")
+        return None if value is None else check_name(value, "assignee")
 
     @field_validator("source")
     @classmethod

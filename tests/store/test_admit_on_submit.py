@@ -43,7 +43,9 @@ async def test_future_run_after_and_dependencies_wait_for_the_scheduler(
     )
     first = await queue.submit(title="first", task_type="docs")
     after = await queue.submit(title="after", task_type="docs", depends_on=[first.task.id])
-    assert later.task.state is TaskState.PENDING and after.task.state is TaskState.PENDING
+    assert later.task.state is TaskState.PENDING
+    # A dependent waits in blocked, held for its dependencies, until they complete.
+    assert after.task.state is TaskState.BLOCKED and after.task.hold == "dependencies"
     assert [e.to_state for e in await queue.events(later.task.id)] == [TaskState.PENDING]
     assert await queue.admit() == []
     clock.advance(minutes=5)

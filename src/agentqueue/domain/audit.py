@@ -18,6 +18,10 @@ from uuid import UUID
 GENESIS = "0" * 64
 """The "previous hash" of every task's first event."""
 
+PURGE_ACTION = "purge"
+"""The action of the last event of a task whose row retention removed (R8). Its chain is the
+only one that may outlive its task row, and nothing may follow it."""
+
 
 def canonical_json(value: Any) -> str:
     """The one text form of a JSON value that hashes are taken over (sorted keys, no spaces)."""
@@ -146,28 +150,40 @@ def check_chain(
     head_hash: str | None,
     tenant: str | None = None,
     head_state: str | None = None,
+    *,
+    row_gone: bool = False,
 ) -> ChainBreak | None:
     """Check one task's events (in seq order) against each other and the head on the task row.
 
-    ``head_seq``/``head_hash`` are None when the task row itself is gone; then the chain is only
+    ``head_seq``/``head_hash`` are None when the task row is not at hand; then the chain is only
     checked internally. ``head_state``, the state on the task row, must be where the last event
-    left the task, so a row edited around a truncated chain is caught too.
+    left the task, so a row edited around a truncated chain is caught too. ``row_gone`` says the
+    task row no longer exists: that holds only for a chain that ends in a purge. A purge is
+    always the last event.
     """
     prev = GENESIS
     last_to: str | None = None
+    last_action: str | None = None
     expected_seq = 1
     for event in events:
         if event.seq != expected_seq:
             missing = expected_seq if event.seq > expected_seq else event.seq
             return ChainBreak(task_id, missing, f"missing (found event {event.seq} next)")
+        if last_action == PURGE_ACTION:
+            return ChainBreak(task_id, event.seq, "recorded after the task was purged")
         if tenant is not None and event.tenant != tenant:
             return ChainBreak(task_id, event.seq, "tenant differs from the task's")
         if event.expected_hash(prev) != event.hash:
             return ChainBreak(task_id, event.seq, "hash does not match its contents")
         prev = event.hash
         last_to = event.to_state
+        last_action = event.action
         expected_seq += 1
     last = expected_seq - 1
+    if row_gone and last_action != PURGE_ACTION:
+        return ChainBreak(task_id, max(last, 1), "its task row is gone, and it was not purged")
+    if head_seq is not None and last_action == PURGE_ACTION:
+        return ChainBreak(task_id, last, "purged, but its task row is still there")
     if head_seq is not None and last != head_seq:
         if last < head_seq:
             return ChainBreak(task_id, last + 1, f"missing (the task records {head_seq} events)")

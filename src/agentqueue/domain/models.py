@@ -117,6 +117,7 @@ class Task:
             "priority": self.priority,
             "state": self.state.value,
             "state_reason": self.state_reason,
+            "hold": self.hold,
             "max_retries": self.max_retries,
             "retry_count": self.retry_count,
             "timeout_secs": self.timeout_secs,

@@ -138,6 +138,11 @@ def bulk_event(action: Action, at: datetime, actor: str) -> BulkEvent:
     return BulkEvent(from_state, to_state, action, actor, "", text, tail)
 
 
+HOLD_DEPENDENCIES = "dependencies"
+HOLD_APPROVAL = "approval"
+HOLDS = frozenset({HOLD_DEPENDENCIES, HOLD_APPROVAL})
+"""What may hold a blocked task: unfinished dependencies (R13) or a guardrail's approval (R15)."""
+
 FENCED_ACTIONS = frozenset(
     {Action.WAIT_TOOL, Action.COMPLETE, Action.FAIL, Action.RELEASE, Action.PREEMPT}
 )
@@ -170,6 +175,9 @@ class Request:
     retryable: bool = True
     backoff: BackoffPolicy = field(default_factory=BackoffPolicy)
     spread: float = 0.5
+    hold: str | None = None
+    """BLOCK: what holds the task (see HOLDS). UNBLOCK: the hold being released; a task held
+    for anything else is refused (a dependency step never releases an approval hold)."""
 
 
 @dataclass(frozen=True)
@@ -353,13 +361,36 @@ def _retry_or_dead_letter(
 def _block(task: Task, request: Request) -> Transition | Refusal:
     if task.state is not TaskState.PENDING:
         return _not_from(task, request)
-    return _edge(task, request, TaskState.BLOCKED, {"state_reason": request.reason or "blocked"})
+    # A block that names no hold waits for a person: nothing automatic ever releases it.
+    hold = request.hold or HOLD_APPROVAL
+    if hold not in HOLDS:
+        raise ValueError(f"a block's hold must be one of {sorted(HOLDS)}")
+    return _edge(
+        task,
+        request,
+        TaskState.BLOCKED,
+        {"state_reason": request.reason or "blocked", "hold": hold},
+        data={"hold": hold},
+    )
 
 
 def _unblock(task: Task, request: Request) -> Transition | Refusal:
     if task.state is not TaskState.BLOCKED:
         return _not_from(task, request)
-    return _edge(task, request, TaskState.PENDING, {"state_reason": None})
+    if request.hold is not None and task.hold != request.hold:
+        # The seed's Bug-B: a task blocked for one reason must never be released by the step
+        # that handles another (a guardrail hold is not a dependency hold).
+        held = task.hold or "an unknown reason"
+        return _refuse(
+            task,
+            request,
+            RefusalKind.NOT_ALLOWED,
+            f"the task is held for {held}, not for {request.hold}",
+        )
+    return _edge(
+        task, request, TaskState.PENDING, {"state_reason": None, "hold": None, "eligible_at":
+                                           max(task.eligible_at, request.now)},
+    )  # fmt: skip
 
 
 def _admit(task: Task, request: Request) -> Transition | Refusal:

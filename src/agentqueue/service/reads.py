@@ -73,9 +73,12 @@ async def list_tasks(
 
 
 async def events(rt: Runtime, task_id: UUID, tenant: str | None = None) -> list[Event]:
-    """The audit events of one task, oldest first."""
-    await get(rt, task_id, tenant)
-    return await rt.store.events(task_id, tenant)
+    """The audit events of one task, oldest first. They outlive the task: a dead letter purged
+    by retention (R8) still has its events, the last of them the purge."""
+    found = await rt.store.events(task_id, tenant)
+    if not found:  # every task has at least its creation event
+        raise NotFound(f"no task {task_id}")
+    return found
 
 
 async def stats(rt: Runtime, tenant: str | None = None) -> Stats:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from uuid import UUID
 
+from ..domain.alerts import ALERT_KIND, dead_letter_alert
 from ..domain.audit import GENESIS, data_text, event_hash
 from ..domain.errors import Conflict
 from ..domain.models import Event, Task
 from ..domain.states import (
+    HOLD_DEPENDENCIES,
     Action,
     Refusal,
     Request,
@@ -19,7 +22,9 @@ from ..domain.states import (
     decide_or_raise,
 )
 from ..store import Change, NewTask, Tx
-from ..store.base import CHANNEL_PENDING, CHANNEL_QUEUED, CHANNEL_REVOKED
+from ..store.base import CHANNEL_PENDING, CHANNEL_QUEUED, CHANNEL_REVOKED, OutboxItem
+
+alert_log = logging.getLogger("agentqueue.alerts")
 
 
 def _event(task: Task, transition: Transition, seq: int, prev_hash: str) -> Event:
@@ -70,16 +75,27 @@ def stamp(task: Task, transition: Transition) -> Change:
 
 
 def new_record(task: Task, actor: str, admit_as: str | None = None) -> NewTask:
-    """A new task (state pending) with its creation event, the first link of its chain; and,
-    when ``admit_as`` names the admitting actor, its admission (pending -> queued) too."""
+    """A new task (state pending) with its creation event, the first link of its chain; then
+    either its block (pending -> blocked) until its dependencies complete, when it has any, or,
+    when ``admit_as`` names the admitting actor, its admission (pending -> queued)."""
     transition = creation(task, actor)
     event = _event(task, transition, 1, GENESIS)
     created = task.evolve(event_seq=1, last_hash=event.hash)
-    if admit_as is None:
+    if task.depends_on:
+        n = len(task.depends_on)
+        request = Request(
+            Action.BLOCK,
+            task.created_at,
+            actor=ADMITTER,
+            reason=f"waiting for {n} {'dependency' if n == 1 else 'dependencies'}",
+            hold=HOLD_DEPENDENCIES,
+        )
+    elif admit_as is not None:
+        request = Request(Action.ADMIT, task.created_at, actor=admit_as)
+    else:
         return NewTask(created, (event,))
-    admission = stamp(created, decide_or_raise(created, Request(Action.ADMIT, task.created_at,
-                                                                actor=admit_as)))  # fmt: skip
-    return NewTask(admission.task, (event, admission.event))
+    second = stamp(created, decide_or_raise(created, request))
+    return NewTask(second.task, (event, second.event))
 
 
 async def apply_decisions(
@@ -101,6 +117,7 @@ async def apply_decisions(
     written = await tx.apply(changes)
     applied = [c for c in changes if c.task.id in written]
     await announce(tx, applied)
+    await raise_alerts(tx, applied)
     stale = [c.task.id for c in changes if c.task.id not in written]
     return [c.task for c in applied], refusals, stale
 
@@ -117,6 +134,46 @@ async def decide_and_apply(
     if stale:
         raise Conflict(f"tasks changed underneath a locked write: {', '.join(map(str, stale))}")
     return written, refusals
+
+
+ADMITTER = "scheduler"
+"""The actor of every step the scheduler takes."""
+
+
+async def raise_alerts(tx: Tx, changes: Sequence[Change]) -> None:
+    """R8: each P0 task these changes took into dead_letter raises one alert, stored in the
+    outbox in this same transaction (delivery.alerts sends it to the configured webhook) and
+    logged. Every decided change is written through :func:`apply_decisions`, so this sees every
+    path into dead_letter; the outbox keeps one alert per (task, audit position)."""
+    items: list[OutboxItem] = []
+    for change in changes:
+        alert = dead_letter_alert(change.task, change.event)
+        if alert is None:
+            continue
+        task = change.task
+        # Names the task, its type and tenant and the (masked) error: never the payload.
+        alert_log.error(
+            "P0 task %s (type %s, tenant %s) entered dead_letter: %s",
+            task.id,
+            task.task_type,
+            task.tenant,
+            alert.body["error"],
+        )
+        # No URL on the row: the webhook configured when it is sent, so a token rotated in
+        # the meantime is used, and no secret is copied into the database.
+        items.append(
+            OutboxItem(
+                kind=ALERT_KIND,
+                task_id=task.id,
+                tenant=task.tenant,
+                event_seq=alert.event_seq,
+                url=None,
+                body=alert.body,
+                created_at=alert.at,
+            )
+        )
+    if items:
+        await tx.enqueue_outbox(items)
 
 
 REVOKING = frozenset({Action.CANCEL, Action.LEASE_EXPIRED})

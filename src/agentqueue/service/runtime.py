@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -19,3 +20,16 @@ class Runtime:
     settings: Settings = field(default_factory=Settings)
     clock: Clock = field(default_factory=SystemClock)
     spread: Callable[[], float] = random.random
+    paused_cache: tuple[float, frozenset[str]] | None = None
+    """Paused task types as last read (monotonic time, types): submit consults them to leave a
+    paused type pending; claims filter paused types in the database, so a short-lived copy
+    never lets a paused task run."""
+
+    async def paused_types(self, max_age_secs: float = 1.0) -> frozenset[str]:
+        """The paused task types, read at most once every ``max_age_secs``."""
+        cached = self.paused_cache
+        if cached is not None and time.monotonic() - cached[0] < max_age_secs:
+            return cached[1]
+        types = frozenset(p.task_type for p in await self.store.paused())
+        self.paused_cache = (time.monotonic(), types)
+        return types

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+from uuid import UUID
 
 from ..domain.errors import Conflict, FieldProblem, InvalidInput
 from ..domain.models import Task, default_timeout
@@ -12,23 +13,25 @@ from ..domain.states import TaskState
 from ..ids import new_task_id
 from ..spec import TaskSpec, parse_specs
 from ..store import DedupKey
-from .records import new_record
+from .records import ADMITTER, new_record
 from .runtime import Runtime
 
 BATCH = 1000
 """Tasks per insert statement."""
 
-ADMITTER = "scheduler"
 
-
-def admissible_at_submit(rt: Runtime, task: Task) -> bool:
+def admissible_at_submit(rt: Runtime, task: Task, paused: frozenset[str]) -> bool:
     """Whether admission would take ``task`` at once, so it is admitted as it is submitted.
 
     With no admission limits (the default), the scheduler admits every task that may run now
-    (no run_after in the future, no dependencies) on its next pass anyway; recording that
-    admission with the submit saves the pass, the wake-up and a write per task.
+    (no run_after in the future, no dependencies, its type not paused) on its next pass anyway;
+    recording that admission with the submit saves the pass, the wake-up and a write per task.
+    Under caps or rate limits only the scheduler admits, since only it counts what is admitted.
     """
-    if not rt.settings.queue.admit_on_submit or task.depends_on:
+    settings = rt.settings
+    if not settings.queue.admit_on_submit or settings.admission_limited or task.depends_on:
+        return False
+    if task.task_type in paused:
         return False
     return task.run_after is None or task.run_after <= task.created_at
 
@@ -55,7 +58,7 @@ def build_task(rt: Runtime, spec: TaskSpec) -> Task:
     now = rt.clock.now()
     eligible = max(now, spec.run_after) if spec.run_after else now
     return Task(
-        id=new_task_id(),
+        id=spec.id or new_task_id(),
         tenant=spec.tenant,
         source=spec.source,
         source_id=spec.source_id,
@@ -120,15 +123,65 @@ async def _check_scope_and_dependencies(
         for index, spec in enumerate(specs):
             if spec.tenant != tenant:
                 problems.append(FieldProblem(name(index, "tenant"), f"must be {tenant!r} here"))
-    wanted = {dep for spec in specs for dep in spec.depends_on}
-    if wanted:
-        found = {(t.id, t.tenant) for t in await rt.store.get_tasks(sorted(wanted, key=str))}
-        for index, spec in enumerate(specs):
-            for dep in spec.depends_on:
-                if (dep, spec.tenant) not in found:
-                    problems.append(FieldProblem(name(index, "depends_on"), f"no task {dep}"))
+    # Tasks of this batch may name each other (by the ids their specs give) in depends_on.
+    batch: dict[UUID, int] = {}
+    for index, spec in enumerate(specs):
+        if spec.id is not None:
+            if spec.id in batch:
+                problems.append(FieldProblem(name(index, "id"), "is given to two tasks"))
+            batch.setdefault(spec.id, index)
+    given = [spec.id for spec in specs if spec.id is not None]
+    wanted = {dep for spec in specs for dep in spec.depends_on if dep not in batch}
+    stored = {t.id: t.tenant for t in await rt.store.get_tasks(sorted({*given, *wanted}, key=str))}
+    for index, spec in enumerate(specs):
+        if spec.id is not None and stored.get(spec.id, spec.tenant) != spec.tenant:
+            problems.append(FieldProblem(name(index, "id"), "is taken by another task"))
+        for dep in spec.depends_on:
+            in_batch = batch.get(dep)
+            tenant = specs[in_batch].tenant if in_batch is not None else stored.get(dep)
+            if tenant != spec.tenant:
+                problems.append(FieldProblem(name(index, "depends_on"), f"no task {dep}"))
+    cycle = find_cycle({spec.id: spec.depends_on for spec in specs if spec.id is not None})
+    if cycle:
+        path = " -> ".join(str(i) for i in cycle)
+        problems.append(FieldProblem(name(batch[cycle[0]], "depends_on"), f"forms a cycle: {path}"))
     if problems:
         raise InvalidInput(problems)
+
+
+def find_cycle(graph: Mapping[UUID, Sequence[UUID]]) -> list[UUID] | None:
+    """A dependency cycle in ``graph`` (task -> the tasks it depends on), as the path that
+    closes it (first node repeated last), or None for a DAG. Tasks stored before this batch
+    cannot depend on its new ones, so a cycle can only run through the batch."""
+    done: set[UUID] = set()
+    for root in graph:
+        if root in done:
+            continue
+        path: list[UUID] = [root]
+        on_path = {root}
+        stack = [iter(graph.get(root, ()))]
+        while stack:
+            step = next(stack[-1], None)
+            if step is None:
+                stack.pop()
+                finished = path.pop()
+                on_path.discard(finished)
+                done.add(finished)
+                continue
+            if step in on_path:
+                return [*path[path.index(step) :], step]
+            if step in done or step not in graph:
+                continue
+            path.append(step)
+            on_path.add(step)
+            stack.append(iter(graph[step]))
+    return None
+
+
+async def _paused_types(rt: Runtime) -> frozenset[str]:
+    if not rt.settings.queue.admit_on_submit or rt.settings.admission_limited:
+        return frozenset()  # nothing is admitted at submit, so no need to ask
+    return await rt.paused_types()
 
 
 async def _submit_chunk(
@@ -138,11 +191,12 @@ async def _submit_chunk(
     results: list[SubmitResult | None],
 ) -> None:
     remaining = chunk
+    paused = await _paused_types(rt)
     for _attempt in range(5):
         records = {}
         for i in remaining:
             task = build_task(rt, specs[i])
-            admit_as = ADMITTER if admissible_at_submit(rt, task) else None
+            admit_as = ADMITTER if admissible_at_submit(rt, task, paused) else None
             records[i] = new_record(task, specs[i].requested_by, admit_as)
         inserted = await rt.store.insert_tasks(list(records.values()))
         for i, record in records.items():
@@ -151,6 +205,15 @@ async def _submit_chunk(
                 task = record.task.evolve(seq=inserted[record.task.id])
                 results[i] = SubmitResult(task, created=True)
         unmatched = [i for i in remaining if results[i] is None]
+        if not unmatched:
+            return
+        given = [i for i in unmatched if specs[i].id is not None]
+        by_id = {t.id: t for t in await rt.store.get_tasks([records[i].task.id for i in given])}
+        for i in given:
+            same = by_id.get(records[i].task.id)
+            if same is not None and same.tenant == specs[i].tenant:
+                results[i] = SubmitResult(same, created=False, matched_by="id")
+        unmatched = [i for i in unmatched if results[i] is None]
         if not unmatched:
             return
         existing = await rt.store.find_existing(

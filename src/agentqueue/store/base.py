@@ -16,6 +16,7 @@ from uuid import UUID
 
 from ..domain.audit import StoredEvent
 from ..domain.models import Event, LogRecord, Task
+from ..domain.schedule import Schedule
 from ..domain.states import BulkEvent, TaskState
 
 
@@ -116,6 +117,113 @@ class WorkHints:
     due: bool
     admissible: bool
     queued: bool
+    held: bool = False
+    """Tasks wait in blocked for their dependencies."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A pending task as admission weighs it."""
+
+    id: UUID
+    tenant: str
+    task_type: str
+    assignee: str | None
+    priority: int
+    eligible_at: datetime
+    seq: int
+
+
+@dataclass(frozen=True)
+class LoadRow:
+    """How many admitted tasks (queued or executing) share a tenant, type and assignee."""
+
+    tenant: str
+    task_type: str
+    assignee: str | None
+    count: int
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """A rate limit's stored tokens, as of ``updated_at``."""
+
+    tokens: float
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class LeaderInfo:
+    """Who holds a leadership lease, since when and until when."""
+
+    name: str
+    holder: str
+    term: int
+    acquired_at: datetime
+    renewed_at: datetime
+    expires_at: datetime
+
+
+@dataclass(frozen=True)
+class PausedType:
+    """A task type paused during an incident."""
+
+    task_type: str
+    paused_at: datetime
+    paused_by: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class OutboxItem:
+    """A delivery to make (``kind`` ``alert``: R8), written in the transaction of the change
+    that calls for it. At most one per (kind, task, audit position): writing it again is a
+    no-op. ``url`` None means the destination configured for its kind when it is sent."""
+
+    kind: str
+    task_id: UUID
+    tenant: str
+    event_seq: int
+    url: str | None
+    body: Mapping[str, Any]
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class OutboxRow:
+    """A stored delivery, as leased for one try."""
+
+    id: int
+    kind: str
+    task_id: UUID
+    tenant: str
+    event_seq: int
+    url: str | None
+    body: Any
+    attempts: int
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class DeliveryResult:
+    """How one try of a delivery went: delivered at ``at``, or failed with ``error`` and to be
+    tried again at ``next_attempt_at``."""
+
+    id: int
+    at: datetime
+    delivered: bool
+    error: str | None = None
+    next_attempt_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Purge:
+    """A dead letter to delete (R8 retention) with the event that ends its chain; it holds only
+    if the task is still a dead letter at audit position ``expected_event_seq``."""
+
+    task_id: UUID
+    expected_event_seq: int
+    event: Event
 
 
 class Tx(Protocol):
@@ -143,6 +251,78 @@ class Tx(Protocol):
 
     async def notify(self, channel: str, payload: str = "") -> None:
         """Wake listeners when this transaction commits (a no-op without push notifications)."""
+        ...
+
+    # Admission under limits (R12): serialised, counted, and set-wise once decided.
+
+    async def lock_admission(self) -> None:
+        """Wait until no other transaction is admitting under limits, then hold that turn."""
+        ...
+
+    async def active_load(self) -> list[LoadRow]:
+        """Admitted work (queued or executing), grouped by tenant, task type and assignee."""
+        ...
+
+    async def admission_candidates(
+        self, now: datetime, per_tenant: int, skip_types: Sequence[str] = ()
+    ) -> list[Candidate]:
+        """Up to ``per_tenant`` admissible pending tasks of each priority level of each tenant,
+        in claim order within each; paused task types and ``skip_types`` left out."""
+        ...
+
+    async def rate_buckets(self, names: Sequence[str]) -> dict[str, Bucket]:
+        """The stored buckets of these rate limits (locked until commit); unknown ones absent."""
+        ...
+
+    async def save_rate_buckets(self, buckets: Mapping[str, Bucket]) -> None:
+        """Store these buckets."""
+        ...
+
+    async def admit_ids(self, ids: Sequence[UUID], now: datetime, event: BulkEvent) -> list[UUID]:
+        """ADMIT the tasks among ``ids`` still pending and due; return the ids admitted."""
+        ...
+
+    # Dependencies (R13).
+
+    async def lock_dependents_ready(self, limit: int) -> list[Task]:
+        """Tasks held for dependencies whose dependencies all completed, or one of which ended
+        otherwise (or no longer exists)."""
+        ...
+
+    async def task_states(self, ids: Sequence[UUID]) -> dict[UUID, TaskState]:
+        """The current state of each task that exists among ``ids``."""
+        ...
+
+    # Dead letter retention and alerts (R8).
+
+    async def enqueue_outbox(self, items: Sequence[OutboxItem]) -> int:
+        """Store deliveries to make, due at once, skipping any already stored for the same
+        (kind, task, audit position); return how many were new."""
+        ...
+
+    async def lease_outbox(
+        self, kind: str, now: datetime, limit: int, until: datetime
+    ) -> list[OutboxRow]:
+        """Up to ``limit`` undelivered deliveries of ``kind`` due at ``now``, oldest first,
+        skipping any another transaction holds; each is made due again only at ``until``, so
+        no one else tries it meanwhile."""
+        ...
+
+    async def record_deliveries(self, results: Sequence[DeliveryResult]) -> None:
+        """Count each try; mark the delivered ones, and for the others keep the error and when
+        to try next (a delivery already marked delivered stays as it is)."""
+        ...
+
+    async def lock_expired_dead_letters(
+        self, limit: int, p0_before: datetime, other_before: datetime
+    ) -> list[Task]:
+        """Up to ``limit`` dead letters that entered dead_letter (``updated_at``) at or before
+        ``p0_before`` (P0) or ``other_before`` (others), oldest first, skipping locked ones."""
+        ...
+
+    async def purge(self, items: Sequence[Purge]) -> set[UUID]:
+        """Delete each task whose guard holds, with its captured output, and append its last
+        event (its other events stay); return the ids purged."""
         ...
 
 
@@ -261,4 +441,56 @@ class Store(Protocol):
 
     def audit_snapshot(self) -> AbstractAsyncContextManager[AuditSnapshot]:
         """Every task head and every event, read from one consistent snapshot."""
+        ...
+
+    # Leadership (R21) and pausing.
+
+    async def lead(self, name: str, holder: str, now: datetime, ttl_secs: float) -> int | None:
+        """Take or renew the lease of leadership ``name`` for ``holder`` until ``now + ttl``;
+        return its term if ``holder`` leads now, None if someone else's lease holds."""
+        ...
+
+    async def resign(self, name: str, holder: str) -> None:
+        """Give up leadership ``name`` if ``holder`` has it."""
+        ...
+
+    async def leader(self, name: str) -> LeaderInfo | None:
+        """Who holds (or last held) leadership ``name``."""
+        ...
+
+    async def pause(self, task_type: str, by: str, reason: str, now: datetime) -> None:
+        """Stop admitting and claiming tasks of ``task_type`` (no-op if already paused)."""
+        ...
+
+    async def resume(self, task_type: str) -> bool:
+        """Undo a pause; False if the type was not paused."""
+        ...
+
+    async def paused(self) -> list[PausedType]:
+        """Every paused task type."""
+        ...
+
+    # --- cron schedules (R18) ------------------------------------------------------------------
+
+    async def insert_schedule(self, schedule: Schedule) -> bool:
+        """Add a schedule; False, writing nothing, if its tenant has one by that name."""
+        ...
+
+    async def list_schedules(self, tenant: str | None = None) -> list[Schedule]:
+        """The schedules of ``tenant`` (of every tenant if None), by tenant and name."""
+        ...
+
+    async def delete_schedule(self, tenant: str, name: str) -> Schedule | None:
+        """Remove a schedule; return it as it was, or None if there was none."""
+        ...
+
+    async def due_schedules(self, now: datetime, limit: int) -> list[Schedule]:
+        """Schedules whose ``next_at`` has come, earliest first (one index read when none)."""
+        ...
+
+    async def advance_schedule(
+        self, schedule: Schedule, next_at: datetime, fired: datetime | None, now: datetime
+    ) -> bool:
+        """Move a schedule on to ``next_at`` (recording ``fired``, the latest slot that fired,
+        if any) only if it still waits for ``schedule.next_at``; report whether it did."""
         ...

@@ -16,7 +16,7 @@ from uuid import UUID
 from ..domain.audit import StoredEvent, data_text
 from ..domain.models import Event, LogRecord, Task
 from ..domain.states import TaskState
-from .base import Change, NewTask, TaskHead
+from .base import Change, DeliveryResult, NewTask, OutboxItem, OutboxRow, Purge, TaskHead
 
 
 class Row(Protocol):
@@ -227,3 +227,61 @@ def event_from_row(row: Row, codec: Codec) -> Event:
         data=json.loads(row["data"]),
         hash=row["hash"],
     )
+
+
+# --- Dead letter retention and alerts ------------------------------------------------------
+
+
+def outbox_rows(items: Sequence[OutboxItem], codec: Codec) -> list[dict[str, Any]]:
+    """One object per delivery to store; ``body`` travels as JSON text."""
+    return [
+        {
+            "kind": i.kind,
+            "task_id": codec.uuid_out(i.task_id),
+            "event_seq": i.event_seq,
+            "tenant": i.tenant,
+            "url": i.url,
+            "body": json.dumps(dict(i.body), separators=(",", ":"), ensure_ascii=False),
+            "created_at": codec.time_out(i.created_at),
+        }
+        for i in items
+    ]
+
+
+def delivery_rows(results: Sequence[DeliveryResult], codec: Codec) -> list[dict[str, Any]]:
+    """One object per try to record."""
+    return [
+        {
+            "id": r.id,
+            "at": codec.time_out(r.at),
+            "delivered_at": codec.time_out(r.at) if r.delivered else None,
+            "error": None if r.delivered else (r.error or "failed"),
+            "next_attempt_at": (
+                None
+                if r.delivered or r.next_attempt_at is None
+                else codec.time_out(r.next_attempt_at)
+            ),
+        }
+        for r in results
+    ]
+
+
+def outbox_from_row(row: Row, codec: Codec) -> OutboxRow:
+    """A leased delivery from a row of aq_outbox."""
+    body = row["body"]
+    return OutboxRow(
+        id=row["id"],
+        kind=row["kind"],
+        task_id=codec.uuid_in(row["task_id"]),  # type: ignore[arg-type]
+        tenant=row["tenant"],
+        event_seq=row["event_seq"],
+        url=row["url"],
+        body=json.loads(body) if isinstance(body, str) else body,
+        attempts=row["attempts"],
+        created_at=codec.time_in(row["created_at"]),  # type: ignore[arg-type]
+    )
+
+
+def purge_rows(items: Sequence[Purge], codec: Codec) -> list[dict[str, Any]]:
+    """One object per task to purge: its id and its guard."""
+    return [{"id": codec.uuid_out(p.task_id), "expected_seq": p.expected_event_seq} for p in items]

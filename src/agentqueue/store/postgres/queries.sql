@@ -213,6 +213,7 @@ WITH picked AS (
         SELECT ctid, priority, eligible_at, seq FROM aq_tasks
         WHERE state = 'queued' AND priority = lv.priority
           AND (%(task_types)s::text[] IS NULL OR task_type = ANY(%(task_types)s::text[]))
+          AND NOT EXISTS (SELECT 1 FROM aq_paused p WHERE p.task_type = aq_tasks.task_type)
         ORDER BY eligible_at, seq
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
@@ -266,7 +267,7 @@ WITH picked AS (
           -- eligible_at is max(created, run_after) for pending tasks, so this is "run_after has
           -- passed", as a range on the index instead of a filter over it.
           AND eligible_at <= %(now)s
-          AND cardinality(depends_on) = 0
+          AND NOT EXISTS (SELECT 1 FROM aq_paused p WHERE p.task_type = aq_tasks.task_type)
         ORDER BY eligible_at, seq
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
@@ -334,8 +335,15 @@ WITH v AS (
     SELECT u.id, u.event_seq, u.tenant, %(now)s, 'executing', 'completed', 'complete',
         %(actor)s, '', %(data)s::json, u.last_hash
     FROM upd u
+), notified AS (
+    -- Tasks waiting on dependencies may be free now: wake the scheduler (one notice a batch,
+    -- and only while such tasks exist: one probe of a small partial index).
+    SELECT pg_notify('aq_pending', 'completed')
+    WHERE EXISTS (SELECT 1 FROM upd)
+      AND EXISTS (SELECT 1 FROM aq_tasks WHERE state = 'blocked' AND hold = 'dependencies')
 )
-SELECT id, event_seq, last_hash FROM upd
+SELECT id, event_seq, last_hash, n.sent FROM upd
+CROSS JOIN (SELECT count(*) AS sent FROM notified) AS n
 
 -- name: work_hints
 -- What the scheduler steps and claimers would find right now, read cheaply from the partial
@@ -345,6 +353,228 @@ SELECT
             WHERE state = 'executing' AND lease_expires_at <= %(now)s) AS lapsed,
     EXISTS (SELECT 1 FROM aq_tasks WHERE state = 'retrying' AND run_after <= %(now)s) AS due,
     EXISTS (SELECT 1 FROM aq_tasks
-            WHERE state = 'pending' AND eligible_at <= %(now)s
-              AND cardinality(depends_on) = 0) AS admissible,
-    EXISTS (SELECT 1 FROM aq_tasks WHERE state = 'queued') AS queued
+            WHERE state = 'pending' AND eligible_at <= %(now)s) AS admissible,
+    EXISTS (SELECT 1 FROM aq_tasks WHERE state = 'queued') AS queued,
+    EXISTS (SELECT 1 FROM aq_tasks WHERE state = 'blocked' AND hold = 'dependencies') AS held
+
+-- Scheduler (R4, R12, R13, R21) ----------------------------------------------------------------
+
+-- name: lead
+-- Take or renew the lease of a leadership: it holds when the row is ours or has expired. A new
+-- holder starts a new term.
+INSERT INTO aq_leader AS l (name, holder, term, acquired_at, renewed_at, expires_at)
+VALUES (%(name)s, %(holder)s, 1, %(now)s, %(now)s, %(expires_at)s)
+ON CONFLICT (name) DO UPDATE SET
+    holder = EXCLUDED.holder,
+    term = CASE WHEN l.holder = EXCLUDED.holder THEN l.term ELSE l.term + 1 END,
+    acquired_at = CASE WHEN l.holder = EXCLUDED.holder THEN l.acquired_at
+                       ELSE EXCLUDED.acquired_at END,
+    renewed_at = EXCLUDED.renewed_at,
+    expires_at = EXCLUDED.expires_at
+WHERE l.holder = EXCLUDED.holder OR l.expires_at <= EXCLUDED.renewed_at
+RETURNING term
+
+-- name: resign
+-- The lease ends now (the row stays, so terms keep counting up).
+UPDATE aq_leader SET expires_at = renewed_at WHERE name = %(name)s AND holder = %(holder)s
+
+-- name: leader
+SELECT name, holder, term, acquired_at, renewed_at, expires_at FROM aq_leader
+WHERE name = %(name)s
+
+-- name: pause
+INSERT INTO aq_paused (task_type, paused_at, paused_by, reason)
+VALUES (%(task_type)s, %(now)s, %(by)s, %(reason)s)
+ON CONFLICT (task_type) DO NOTHING
+
+-- name: resume
+DELETE FROM aq_paused WHERE task_type = %(task_type)s RETURNING task_type
+
+-- name: paused
+SELECT task_type, paused_at, paused_by, reason FROM aq_paused ORDER BY task_type
+
+-- name: admission_lock
+-- Admissions under caps are counted, so they are taken one at a time.
+SELECT pg_advisory_xact_lock(418387158645)
+
+-- name: active_load
+-- Admitted work (queued or executing), by what the caps are counted over.
+SELECT tenant, task_type, assignee, count(*) AS n FROM aq_tasks
+WHERE state IN ('queued', 'executing')
+GROUP BY tenant, task_type, assignee
+
+-- name: admission_candidates
+-- The best admissible tasks of every tenant: up to %(per_tenant)s of each priority level of each
+-- tenant with pending work (tenants found by skipping through the index, not by a scan).
+WITH RECURSIVE tenants(tenant) AS (
+    (SELECT tenant FROM aq_tasks WHERE state = 'pending' ORDER BY tenant LIMIT 1)
+    UNION ALL
+    SELECT (SELECT t.tenant FROM aq_tasks t
+            WHERE t.state = 'pending' AND t.tenant > tenants.tenant
+            ORDER BY t.tenant LIMIT 1)
+    FROM tenants WHERE tenants.tenant IS NOT NULL
+)
+SELECT c.id, c.tenant, c.task_type, c.assignee, c.priority, c.eligible_at, c.seq
+FROM tenants
+CROSS JOIN generate_series(0, 9) AS lv(priority)
+CROSS JOIN LATERAL (
+    SELECT id, tenant, task_type, assignee, priority, eligible_at, seq FROM aq_tasks q
+    WHERE q.state = 'pending' AND q.tenant = tenants.tenant AND q.priority = lv.priority
+      AND q.eligible_at <= %(now)s
+      AND NOT (q.task_type = ANY(%(skip_types)s::text[]))
+      AND NOT EXISTS (SELECT 1 FROM aq_paused p WHERE p.task_type = q.task_type)
+    ORDER BY q.eligible_at, q.seq
+    LIMIT %(per_tenant)s
+) c
+WHERE tenants.tenant IS NOT NULL
+
+-- name: rate_buckets
+SELECT name, tokens, updated_at FROM aq_rate_buckets WHERE name = ANY(%(names)s::text[])
+FOR UPDATE
+
+-- name: save_rate_buckets
+INSERT INTO aq_rate_buckets (name, tokens, updated_at)
+SELECT * FROM json_to_recordset(%(rows)s::json)
+    AS r(name text, tokens double precision, updated_at timestamptz)
+ON CONFLICT (name) DO UPDATE SET tokens = EXCLUDED.tokens, updated_at = EXCLUDED.updated_at
+
+-- name: admit_ids
+-- ADMIT the chosen tasks that are still pending (the set-wise form of decide(ADMIT), as in
+-- `admit`, for ids the admission planner picked).
+WITH upd AS (
+    UPDATE aq_tasks t SET
+        state = 'queued',
+        state_reason = NULL,
+        updated_at = %(now)s,
+        event_seq = t.event_seq + 1,
+        last_hash = aq_event_hash(t.last_hash, t.id, t.tenant, t.event_seq + 1, %(tail)s)
+    WHERE t.id = ANY(%(ids)s::uuid[]) AND t.state = 'pending' AND t.eligible_at <= %(now)s
+    RETURNING t.id, t.tenant, t.event_seq, t.last_hash
+), ev AS (
+    INSERT INTO aq_events (task_id, seq, tenant, at, from_state, to_state, action, actor,
+        reason, data, hash)
+    SELECT u.id, u.event_seq, u.tenant, %(now)s, 'pending', 'queued', 'admit', %(actor)s, '',
+        %(data)s::json, u.last_hash
+    FROM upd u
+)
+SELECT id FROM upd
+
+-- name: lock_dependents_ready
+-- Tasks held for dependencies that can move: every dependency completed, or one of them ended
+-- without completing (or no longer exists). Only the dependency hold: never an approval hold.
+SELECT t.* FROM aq_tasks t
+WHERE t.state = 'blocked' AND t.hold = 'dependencies'
+  AND (
+    NOT EXISTS (
+        SELECT 1 FROM unnest(t.depends_on) AS dep(id)
+        LEFT JOIN aq_tasks d ON d.id = dep.id
+        WHERE d.state IS DISTINCT FROM 'completed')
+    OR EXISTS (
+        SELECT 1 FROM unnest(t.depends_on) AS dep(id)
+        LEFT JOIN aq_tasks d ON d.id = dep.id
+        WHERE d.id IS NULL OR d.state IN ('failed', 'cancelled', 'dead_letter', 'archived'))
+  )
+ORDER BY t.seq
+LIMIT %(limit)s
+FOR UPDATE OF t SKIP LOCKED
+
+-- name: task_states
+SELECT id, state FROM aq_tasks WHERE id = ANY(%(ids)s::uuid[])
+
+-- Dead letter retention and alerts
+
+-- name: enqueue_outbox
+INSERT INTO aq_outbox (kind, task_id, event_seq, tenant, url, body, next_attempt_at,
+    created_at)
+SELECT r.kind, r.task_id, r.event_seq, r.tenant, r.url, r.body::jsonb, r.created_at,
+    r.created_at
+FROM json_to_recordset(%(rows)s::json) AS r(kind text, task_id uuid, event_seq integer,
+    tenant text, url text, body text, created_at timestamptz)
+ON CONFLICT DO NOTHING
+RETURNING id
+
+-- name: lease_outbox
+-- A row another deliverer has picked is skipped; once it commits, the row is not due any more.
+UPDATE aq_outbox SET next_attempt_at = %(until)s
+WHERE id IN (
+    SELECT id FROM aq_outbox
+    WHERE kind = %(kind)s AND delivered_at IS NULL AND next_attempt_at <= %(now)s
+    ORDER BY next_attempt_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED)
+RETURNING id, kind, task_id, event_seq, tenant, url, body, attempts, created_at
+
+-- name: record_deliveries
+UPDATE aq_outbox o SET
+    attempts = o.attempts + 1,
+    delivered_at = r.delivered_at,
+    last_error = coalesce(r.error, o.last_error),
+    next_attempt_at = coalesce(r.next_attempt_at, o.next_attempt_at)
+FROM json_to_recordset(%(rows)s::json) AS r(id bigint, delivered_at timestamptz, error text,
+    next_attempt_at timestamptz)
+WHERE o.id = r.id AND o.delivered_at IS NULL
+
+-- name: lock_expired_dead_letters
+SELECT * FROM aq_tasks
+WHERE state = 'dead_letter' AND updated_at <= %(latest)s
+  AND updated_at <= CASE WHEN priority = 0 THEN %(p0_before)s::timestamptz
+                         ELSE %(other_before)s::timestamptz END
+ORDER BY updated_at
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED
+
+-- name: purge
+-- Guarded like apply: only rows still in dead_letter at the expected audit position go. Their
+-- last events are appended and their captured output deleted in the same statement.
+WITH v AS (
+    SELECT * FROM json_to_recordset(%(rows)s::json) AS v(id uuid, expected_seq integer)
+), del AS (
+    DELETE FROM aq_tasks t USING v
+    WHERE t.id = v.id AND t.state = 'dead_letter' AND t.event_seq = v.expected_seq
+    RETURNING t.id
+), ev AS (
+    INSERT INTO aq_events (task_id, seq, tenant, at, from_state, to_state, action, actor,
+        reason, data, hash)
+    SELECT e.e_task_id, e.e_seq, e.e_tenant, e.e_at, e.e_from, e.e_to, e.e_action, e.e_actor,
+        e.e_reason, e.e_data::json, e.e_hash
+    FROM json_to_recordset(%(events)s::json) AS e(e_task_id uuid, e_seq integer, e_tenant text,
+        e_at timestamptz, e_from text, e_to text, e_action text, e_actor text, e_reason text,
+        e_data text, e_hash text)
+    WHERE e.e_task_id IN (SELECT id FROM del)
+), logs AS (
+    DELETE FROM aq_task_logs WHERE task_id IN (SELECT id FROM del)
+)
+SELECT id FROM del
+
+-- Cron schedules
+
+-- name: insert_schedule
+INSERT INTO aq_schedules (tenant, name, cron, tz, task, catch_up, next_at, created_by,
+    created_at, updated_at)
+VALUES (%(tenant)s, %(name)s, %(cron)s, %(tz)s, %(task)s::jsonb, %(catch_up)s, %(next_at)s,
+    %(created_by)s, %(now)s, %(now)s)
+ON CONFLICT (tenant, name) DO NOTHING
+RETURNING *
+
+-- name: list_schedules
+SELECT * FROM aq_schedules
+WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
+ORDER BY tenant, name
+
+-- name: delete_schedule
+DELETE FROM aq_schedules WHERE tenant = %(tenant)s AND name = %(name)s
+RETURNING *
+
+-- name: due_schedules
+-- Served by aq_schedules_due: when nothing is due this reads one index entry.
+SELECT * FROM aq_schedules WHERE next_at <= %(now)s ORDER BY next_at LIMIT %(limit)s
+
+-- name: advance_schedule
+-- Guarded by the slot read: of several schedulers handling the same slot, one moves it on.
+UPDATE aq_schedules SET
+    next_at = %(next_at)s,
+    last_slot_at = COALESCE(%(last_slot_at)s::timestamptz, last_slot_at),
+    last_fired_at = CASE WHEN %(last_slot_at)s::timestamptz IS NULL THEN last_fired_at
+                         ELSE %(now)s END,
+    updated_at = %(now)s
+WHERE tenant = %(tenant)s AND name = %(name)s AND next_at = %(expected)s

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -17,14 +17,24 @@ from psycopg_pool import AsyncConnectionPool
 from ...domain.audit import StoredEvent
 from ...domain.errors import StoreError
 from ...domain.models import Event, LogRecord, Task
+from ...domain.schedule import CatchUp, Schedule
 from ...domain.states import BulkEvent, TaskState
 from ..base import (
     AuditSnapshot,
+    Bucket,
+    Candidate,
     Change,
     DedupKey,
+    DeliveryResult,
+    LeaderInfo,
     Lease,
+    LoadRow,
     NewTask,
     Notice,
+    OutboxItem,
+    OutboxRow,
+    PausedType,
+    Purge,
     TaskFilter,
     TaskHead,
     WorkHints,
@@ -33,11 +43,15 @@ from ..migrate import Migration, latest_version, run_migrations
 from ..rows import (
     Codec,
     change_rows,
+    delivery_rows,
     event_from_row,
     event_rows,
     log_from_row,
     log_rows,
     new_task_rows,
+    outbox_from_row,
+    outbox_rows,
+    purge_rows,
     stored_event_from_row,
 )
 from ..rows import task_from_row as _task_from_row
@@ -103,6 +117,114 @@ class PostgresTx:
             "events": _doc(event_rows([c.event for c in changes], CODEC)),
         }
         cur = await self._conn.execute(Q["apply"], params, prepare=True)
+        return {row["id"] for row in await cur.fetchall()}
+
+    async def lock_admission(self) -> None:
+        """A transaction-scoped advisory lock: one admitter under limits at a time."""
+        await self._conn.execute(Q["admission_lock"])
+
+    async def active_load(self) -> list[LoadRow]:
+        """Queued and executing tasks, grouped."""
+        cur = await self._conn.execute(Q["active_load"], prepare=True)
+        return [
+            LoadRow(r["tenant"], r["task_type"], r["assignee"], r["n"])
+            for r in await cur.fetchall()
+        ]
+
+    async def admission_candidates(
+        self, now: datetime, per_tenant: int, skip_types: Sequence[str] = ()
+    ) -> list[Candidate]:
+        """The heads of every tenant's priority levels."""
+        params = {"now": now, "per_tenant": per_tenant, "skip_types": list(skip_types)}
+        cur = await self._conn.execute(Q["admission_candidates"], params, prepare=True)
+        names = ("id", "tenant", "task_type", "assignee", "priority", "eligible_at", "seq")
+        return [Candidate(*(r[n] for n in names)) for r in await cur.fetchall()]
+
+    async def rate_buckets(self, names: Sequence[str]) -> dict[str, Bucket]:
+        """Locked until commit."""
+        cur = await self._conn.execute(Q["rate_buckets"], {"names": list(names)})
+        return {r["name"]: Bucket(r["tokens"], r["updated_at"]) for r in await cur.fetchall()}
+
+    async def save_rate_buckets(self, buckets: Mapping[str, Bucket]) -> None:
+        """Upsert."""
+        if buckets:
+            rows = [
+                {"name": n, "tokens": b.tokens, "updated_at": b.updated_at.isoformat()}
+                for n, b in buckets.items()
+            ]
+            await self._conn.execute(Q["save_rate_buckets"], {"rows": _doc(rows)})
+
+    async def admit_ids(self, ids: Sequence[UUID], now: datetime, event: BulkEvent) -> list[UUID]:
+        """One statement; queued workers hear of it at commit."""
+        if not ids:
+            return []
+        params = {
+            "ids": list(ids),
+            "now": now,
+            "actor": event.actor,
+            "tail": event.tail,
+            "data": event.data_text,
+        }
+        cur = await self._conn.execute(Q["admit_ids"], params, prepare=True)
+        admitted = {row["id"] for row in await cur.fetchall()}
+        if admitted:
+            await self.notify("aq_queued")
+        return [i for i in ids if i in admitted]
+
+    async def lock_dependents_ready(self, limit: int) -> list[Task]:
+        """Held tasks whose dependencies settled."""
+        return await self._tasks("lock_dependents_ready", {"limit": limit})
+
+    async def task_states(self, ids: Sequence[UUID]) -> dict[UUID, TaskState]:
+        """States by id."""
+        cur = await self._conn.execute(Q["task_states"], {"ids": list(ids)})
+        return {r["id"]: TaskState(r["state"]) for r in await cur.fetchall()}
+
+    # --- Dead letter retention and alerts ---------------------------------------------------
+
+    async def enqueue_outbox(self, items: Sequence[OutboxItem]) -> int:
+        """Insert the deliveries not already stored."""
+        if not items:
+            return 0
+        rows = _doc(outbox_rows(items, CODEC))
+        cur = await self._conn.execute(Q["enqueue_outbox"], {"rows": rows})
+        return len(await cur.fetchall())
+
+    async def lease_outbox(
+        self, kind: str, now: datetime, limit: int, until: datetime
+    ) -> list[OutboxRow]:
+        """Pick due deliveries (skipping locked ones) and push them to ``until``."""
+        params = {"kind": kind, "now": now, "limit": limit, "until": until}
+        cur = await self._conn.execute(Q["lease_outbox"], params)
+        return sorted((outbox_from_row(r, CODEC) for r in await cur.fetchall()), key=lambda r: r.id)
+
+    async def record_deliveries(self, results: Sequence[DeliveryResult]) -> None:
+        """Record tries in one statement."""
+        if results:
+            rows = _doc(delivery_rows(results, CODEC))
+            await self._conn.execute(Q["record_deliveries"], {"rows": rows})
+
+    async def lock_expired_dead_letters(
+        self, limit: int, p0_before: datetime, other_before: datetime
+    ) -> list[Task]:
+        """Dead letters past retention, skipping rows other transactions hold."""
+        params = {
+            "limit": limit,
+            "p0_before": p0_before,
+            "other_before": other_before,
+            "latest": max(p0_before, other_before),
+        }
+        return await self._tasks("lock_expired_dead_letters", params)
+
+    async def purge(self, items: Sequence[Purge]) -> set[UUID]:
+        """Guarded delete, last events and log cleanup in one statement."""
+        if not items:
+            return set()
+        params = {
+            "rows": _doc(purge_rows(items, CODEC)),
+            "events": _doc(event_rows([p.event for p in items], CODEC)),
+        }
+        cur = await self._conn.execute(Q["purge"], params)
         return {row["id"] for row in await cur.fetchall()}
 
 
@@ -328,7 +450,7 @@ class PostgresStore:
             cur = await conn.execute(Q["work_hints"], {"now": now}, prepare=True)
             row = await cur.fetchone()
         assert row is not None
-        return WorkHints(row["lapsed"], row["due"], row["admissible"], row["queued"])
+        return WorkHints(row["lapsed"], row["due"], row["admissible"], row["queued"], row["held"])
 
     async def logs(self, task_id: UUID, tenant: str | None = None) -> list[LogRecord]:
         """Captured output of one task."""
@@ -400,10 +522,114 @@ class PostgresStore:
 
     # --- test and maintenance helpers ---------------------------------------------------------
 
+    # --- leadership and pausing --------------------------------------------------------------
+
+    async def _one(self, query: str, params: dict[str, Any]) -> dict[str, Any] | None:
+        async with self._pool.connection() as conn:
+            cur = await conn.execute(Q[query], params)
+            return await cur.fetchone()
+
+    async def lead(self, name: str, holder: str, now: datetime, ttl_secs: float) -> int | None:
+        """One upsert that holds only for the holder or over an expired lease."""
+        params = {
+            "name": name,
+            "holder": holder,
+            "now": now,
+            "expires_at": now + timedelta(seconds=ttl_secs),
+        }
+        row = await self._one("lead", params)
+        return None if row is None else int(row["term"])
+
+    async def resign(self, name: str, holder: str) -> None:
+        """End our lease now."""
+        await self._one_exec("resign", {"name": name, "holder": holder})
+
+    async def _one_exec(self, query: str, params: dict[str, Any]) -> int:
+        async with self._pool.connection() as conn:
+            cur = await conn.execute(Q[query], params)
+            return cur.rowcount
+
+    async def leader(self, name: str) -> LeaderInfo | None:
+        """The lease row."""
+        row = await self._one("leader", {"name": name})
+        return None if row is None else LeaderInfo(**row)
+
+    async def pause(self, task_type: str, by: str, reason: str, now: datetime) -> None:
+        """Insert the pause."""
+        params = {"task_type": task_type, "by": by, "reason": reason, "now": now}
+        await self._one_exec("pause", params)
+
+    async def resume(self, task_type: str) -> bool:
+        """Delete the pause; wake the scheduler, whose admissions it held back."""
+        resumed = await self._one_exec("resume", {"task_type": task_type}) > 0
+        if resumed:
+            await self.notify("aq_pending", "resumed")
+            await self.notify("aq_queued", "resumed")
+        return resumed
+
+    async def paused(self) -> list[PausedType]:
+        """Every pause."""
+        async with self._pool.connection() as conn:
+            cur = await conn.execute(Q["paused"])
+            return [PausedType(**row) for row in await cur.fetchall()]
+
     async def execute_raw(self, sql: str, params: dict[str, Any] | None = None) -> None:
         """Run one statement as is (for tests that simulate tampering)."""
         async with self._pool.connection() as conn:
             await conn.execute(sql.encode() if params is None else sql, params)
+
+    # --- cron schedules (R18) ------------------------------------------------------------------
+
+    async def insert_schedule(self, schedule: Schedule) -> bool:
+        """Insert unless the name is taken in the tenant."""
+        params = {
+            "tenant": schedule.tenant,
+            "name": schedule.name,
+            "cron": schedule.cron,
+            "tz": schedule.tz,
+            "task": _doc(schedule.task),
+            "catch_up": schedule.catch_up.value,
+            "next_at": schedule.next_at,
+            "created_by": schedule.created_by,
+            "now": schedule.created_at,
+        }
+        async with self._pool.connection() as conn:
+            cur = await conn.execute(Q["insert_schedule"], params)
+            return bool(await cur.fetchall())
+
+    async def list_schedules(self, tenant: str | None = None) -> list[Schedule]:
+        """By tenant and name."""
+        return await self._schedules("list_schedules", {"tenant": tenant})
+
+    async def delete_schedule(self, tenant: str, name: str) -> Schedule | None:
+        """Delete and return the row."""
+        found = await self._schedules("delete_schedule", {"tenant": tenant, "name": name})
+        return found[0] if found else None
+
+    async def due_schedules(self, now: datetime, limit: int) -> list[Schedule]:
+        """One probe of aq_schedules_due while nothing is due."""
+        return await self._schedules("due_schedules", {"now": now, "limit": limit})
+
+    async def advance_schedule(
+        self, schedule: Schedule, next_at: datetime, fired: datetime | None, now: datetime
+    ) -> bool:
+        """Guarded on the ``next_at`` the caller read."""
+        params = {
+            "tenant": schedule.tenant,
+            "name": schedule.name,
+            "expected": schedule.next_at,
+            "next_at": next_at,
+            "last_slot_at": fired,
+            "now": now,
+        }
+        async with self._pool.connection() as conn:
+            cur = await conn.execute(Q["advance_schedule"], params, prepare=True)
+            return cur.rowcount > 0
+
+    async def _schedules(self, query: str, params: dict[str, Any]) -> list[Schedule]:
+        async with self._pool.connection() as conn:
+            cur = await conn.execute(Q[query], params, prepare=True)
+            return [_schedule_from_row(row) for row in await cur.fetchall()]
 
 
 def _redact(message: str) -> str:
@@ -411,3 +637,21 @@ def _redact(message: str) -> str:
     import re
 
     return re.sub(r"(password=)\S+", r"\1***", re.sub(r"//([^:/@]+):[^@]+@", r"//\1:***@", message))
+
+
+def _schedule_from_row(row: dict[str, Any]) -> Schedule:
+    """A Schedule from an aq_schedules row (the driver returns datetimes and parsed JSON)."""
+    return Schedule(
+        tenant=row["tenant"],
+        name=row["name"],
+        cron=row["cron"],
+        tz=row["tz"],
+        task=row["task"],
+        catch_up=CatchUp(row["catch_up"]),
+        next_at=row["next_at"],
+        created_by=row["created_by"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        last_slot_at=row["last_slot_at"],
+        last_fired_at=row["last_fired_at"],
+    )

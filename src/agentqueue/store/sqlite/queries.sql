@@ -186,6 +186,7 @@ WHERE state = 'queued' AND seq IN (
         SELECT q.seq FROM aq_tasks AS q
         WHERE q.state = 'queued' AND q.priority = lv.column1
           AND (:task_types IS NULL OR q.task_type IN (SELECT value FROM json_each(:task_types)))
+          AND NOT EXISTS (SELECT 1 FROM aq_paused p WHERE p.task_type = q.task_type)
         ORDER BY q.eligible_at, q.seq
         LIMIT :limit)
     ORDER BY
@@ -216,7 +217,7 @@ WHERE state = 'pending' AND seq IN (
         SELECT q.seq FROM aq_tasks AS q
         WHERE q.state = 'pending' AND q.priority = lv.column1
           AND q.eligible_at <= :now  -- max(created, run_after): "run_after has passed"
-          AND q.depends_on = '[]'
+          AND NOT EXISTS (SELECT 1 FROM aq_paused p WHERE p.task_type = q.task_type)
         ORDER BY q.eligible_at, q.seq
         LIMIT :limit)
     ORDER BY
@@ -271,6 +272,196 @@ SELECT
             WHERE state = 'executing' AND lease_expires_at <= :now) AS lapsed,
     EXISTS (SELECT 1 FROM aq_tasks WHERE state = 'retrying' AND run_after <= :now) AS due,
     EXISTS (SELECT 1 FROM aq_tasks
-            WHERE state = 'pending' AND eligible_at <= :now
-              AND depends_on = '[]') AS admissible,
-    EXISTS (SELECT 1 FROM aq_tasks WHERE state = 'queued') AS queued
+            WHERE state = 'pending' AND eligible_at <= :now) AS admissible,
+    EXISTS (SELECT 1 FROM aq_tasks WHERE state = 'queued') AS queued,
+    EXISTS (SELECT 1 FROM aq_tasks WHERE state = 'blocked' AND hold = 'dependencies') AS held
+
+-- Scheduler (R4, R12, R13, R21) ----------------------------------------------------------------
+
+-- name: lead
+-- Take or renew the lease of a leadership: it holds when the row is ours or has expired. A new
+-- holder starts a new term.
+INSERT INTO aq_leader AS l (name, holder, term, acquired_at, renewed_at, expires_at)
+VALUES (:name, :holder, 1, :now, :now, :expires_at)
+ON CONFLICT (name) DO UPDATE SET
+    holder = excluded.holder,
+    term = CASE WHEN l.holder = excluded.holder THEN l.term ELSE l.term + 1 END,
+    acquired_at = CASE WHEN l.holder = excluded.holder THEN l.acquired_at
+                       ELSE excluded.acquired_at END,
+    renewed_at = excluded.renewed_at,
+    expires_at = excluded.expires_at
+WHERE l.holder = excluded.holder OR l.expires_at <= excluded.renewed_at
+RETURNING term
+
+-- name: resign
+-- The lease ends now (the row stays, so terms keep counting up).
+UPDATE aq_leader SET expires_at = renewed_at WHERE name = :name AND holder = :holder
+
+-- name: leader
+SELECT name, holder, term, acquired_at, renewed_at, expires_at FROM aq_leader
+WHERE name = :name
+
+-- name: pause
+INSERT INTO aq_paused (task_type, paused_at, paused_by, reason)
+VALUES (:task_type, :now, :by, :reason)
+ON CONFLICT (task_type) DO NOTHING
+
+-- name: resume
+DELETE FROM aq_paused WHERE task_type = :task_type
+
+-- name: paused
+SELECT task_type, paused_at, paused_by, reason FROM aq_paused ORDER BY task_type
+
+-- name: active_load
+-- Admitted work (queued or executing), by what the caps are counted over.
+SELECT tenant, task_type, assignee, count(*) AS n FROM aq_tasks
+WHERE state IN ('queued', 'executing')
+GROUP BY tenant, task_type, assignee
+
+-- name: admission_candidates
+-- The best admissible tasks of every tenant: up to :per_tenant of each priority level of each
+-- tenant with pending work (tenants found by skipping through the index, not by a scan).
+WITH RECURSIVE tenants(tenant) AS (
+    SELECT (SELECT tenant FROM aq_tasks WHERE state = 'pending' ORDER BY tenant LIMIT 1)
+    UNION ALL
+    SELECT (SELECT t.tenant FROM aq_tasks t
+            WHERE t.state = 'pending' AND t.tenant > tenants.tenant
+            ORDER BY t.tenant LIMIT 1)
+    FROM tenants WHERE tenants.tenant IS NOT NULL
+)
+SELECT c.id, c.tenant, c.task_type, c.assignee, c.priority, c.eligible_at, c.seq
+FROM tenants
+JOIN (VALUES (0), (1), (2), (3), (4), (5), (6), (7), (8), (9)) AS lv
+JOIN aq_tasks AS c ON c.seq IN (
+    SELECT q.seq FROM aq_tasks AS q
+    WHERE q.state = 'pending' AND q.tenant = tenants.tenant AND q.priority = lv.column1
+      AND q.eligible_at <= :now
+      AND q.task_type NOT IN (SELECT value FROM json_each(:skip_types))
+      AND NOT EXISTS (SELECT 1 FROM aq_paused p WHERE p.task_type = q.task_type)
+    ORDER BY q.eligible_at, q.seq
+    LIMIT :per_tenant)
+WHERE tenants.tenant IS NOT NULL
+
+-- name: rate_buckets
+SELECT name, tokens, updated_at FROM aq_rate_buckets
+WHERE name IN (SELECT value FROM json_each(:names))
+
+-- name: save_rate_buckets
+INSERT INTO aq_rate_buckets (name, tokens, updated_at)
+SELECT r.value ->> 'name', r.value ->> 'tokens', r.value ->> 'updated_at'
+FROM json_each(:rows) AS r
+WHERE true
+ON CONFLICT (name) DO UPDATE SET tokens = excluded.tokens, updated_at = excluded.updated_at
+
+-- name: admit_ids
+-- ADMIT the chosen tasks that are still pending (the set-wise form of decide(ADMIT), as in
+-- `admit`, for ids the admission planner picked).
+UPDATE aq_tasks SET
+    state = 'queued',
+    state_reason = NULL,
+    updated_at = :now,
+    event_seq = event_seq + 1,
+    last_hash = aq_event_hash(last_hash, id, tenant, event_seq + 1, :tail)
+WHERE id IN (SELECT value FROM json_each(:ids))
+  AND +state = 'pending' AND eligible_at <= :now
+RETURNING id
+
+-- name: lock_dependents_ready
+-- Tasks held for dependencies that can move: every dependency completed, or one of them ended
+-- without completing (or no longer exists). Only the dependency hold: never an approval hold.
+SELECT t.* FROM aq_tasks t
+WHERE t.state = 'blocked' AND t.hold = 'dependencies'
+  AND (
+    NOT EXISTS (
+        SELECT 1 FROM json_each(t.depends_on) AS dep
+        LEFT JOIN aq_tasks d ON d.id = dep.value
+        WHERE d.state IS NOT 'completed')
+    OR EXISTS (
+        SELECT 1 FROM json_each(t.depends_on) AS dep
+        LEFT JOIN aq_tasks d ON d.id = dep.value
+        WHERE d.id IS NULL OR d.state IN ('failed', 'cancelled', 'dead_letter', 'archived'))
+  )
+ORDER BY t.seq
+LIMIT :limit
+
+-- name: task_states
+SELECT id, state FROM aq_tasks WHERE id IN (SELECT value FROM json_each(:ids))
+
+-- Dead letter retention and alerts
+
+-- name: enqueue_outbox
+INSERT INTO aq_outbox (kind, task_id, event_seq, tenant, url, body, next_attempt_at,
+    created_at)
+SELECT r.value ->> 'kind', r.value ->> 'task_id', r.value ->> 'event_seq',
+    r.value ->> 'tenant', r.value ->> 'url', r.value ->> 'body', r.value ->> 'created_at',
+    r.value ->> 'created_at'
+FROM json_each(:rows) AS r
+WHERE true
+ON CONFLICT DO NOTHING
+RETURNING id
+
+-- name: lease_outbox
+-- The writer lock of BEGIN IMMEDIATE makes the pick and the push one step for every process.
+UPDATE aq_outbox SET next_attempt_at = :until
+WHERE id IN (
+    SELECT id FROM aq_outbox
+    WHERE kind = :kind AND delivered_at IS NULL AND next_attempt_at <= :now
+    ORDER BY next_attempt_at, id
+    LIMIT :limit)
+RETURNING id, kind, task_id, event_seq, tenant, url, body, attempts, created_at
+
+-- name: record_deliveries
+UPDATE aq_outbox SET
+    attempts = attempts + 1,
+    delivered_at = r.value ->> 'delivered_at',
+    last_error = coalesce(r.value ->> 'error', last_error),
+    next_attempt_at = coalesce(r.value ->> 'next_attempt_at', next_attempt_at)
+FROM json_each(:rows) AS r
+WHERE aq_outbox.id = r.value ->> 'id' AND aq_outbox.delivered_at IS NULL
+
+-- name: lock_expired_dead_letters
+SELECT * FROM aq_tasks
+WHERE state = 'dead_letter' AND updated_at <= :latest
+  AND updated_at <= CASE WHEN priority = 0 THEN :p0_before ELSE :other_before END
+ORDER BY updated_at
+LIMIT :limit
+
+-- name: purge_tasks
+DELETE FROM aq_tasks
+WHERE id IN (SELECT r.value ->> 'id' FROM json_each(:rows) AS r)
+  AND state = 'dead_letter'
+  AND event_seq = (SELECT r.value ->> 'expected_seq' FROM json_each(:rows) AS r
+                   WHERE r.value ->> 'id' = aq_tasks.id)
+RETURNING id
+
+-- name: purge_logs
+DELETE FROM aq_task_logs WHERE task_id IN (SELECT value FROM json_each(:ids))
+
+-- Cron schedules
+
+-- name: insert_schedule
+INSERT INTO aq_schedules (tenant, name, cron, tz, task, catch_up, next_at, created_by,
+    created_at, updated_at)
+VALUES (:tenant, :name, :cron, :tz, :task, :catch_up, :next_at, :created_by, :now, :now)
+ON CONFLICT (tenant, name) DO NOTHING
+RETURNING *
+
+-- name: list_schedules
+SELECT * FROM aq_schedules WHERE (:tenant IS NULL OR tenant = :tenant) ORDER BY tenant, name
+
+-- name: delete_schedule
+DELETE FROM aq_schedules WHERE tenant = :tenant AND name = :name
+RETURNING *
+
+-- name: due_schedules
+-- Served by aq_schedules_due: when nothing is due this reads one index entry.
+SELECT * FROM aq_schedules WHERE next_at <= :now ORDER BY next_at LIMIT :limit
+
+-- name: advance_schedule
+-- Guarded by the slot read: of several schedulers handling the same slot, one moves it on.
+UPDATE aq_schedules SET
+    next_at = :next_at,
+    last_slot_at = coalesce(:last_slot_at, last_slot_at),
+    last_fired_at = CASE WHEN :last_slot_at IS NULL THEN last_fired_at ELSE :now END,
+    updated_at = :now
+WHERE tenant = :tenant AND name = :name AND next_at = :expected

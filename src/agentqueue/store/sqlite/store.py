@@ -11,7 +11,7 @@ import asyncio
 import json
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
@@ -23,15 +23,25 @@ from ...domain.audit import StoredEvent, chain_hash
 from ...domain.errors import InvalidInput, StoreError
 from ...domain.models import Event, LogRecord, Task
 from ...domain.priority import order_key
+from ...domain.schedule import CatchUp, Schedule
 from ...domain.states import BulkEvent, TaskState
 from ..base import (
     CHANNEL_CHANGED,
     AuditSnapshot,
+    Bucket,
+    Candidate,
     Change,
     DedupKey,
+    DeliveryResult,
+    LeaderInfo,
     Lease,
+    LoadRow,
     NewTask,
     Notice,
+    OutboxItem,
+    OutboxRow,
+    PausedType,
+    Purge,
     TaskFilter,
     TaskHead,
     WorkHints,
@@ -40,11 +50,15 @@ from ..migrate import Migration, latest_version, run_migrations
 from ..rows import (
     Codec,
     change_rows,
+    delivery_rows,
     event_from_row,
     event_rows,
     log_from_row,
     log_rows,
     new_task_rows,
+    outbox_from_row,
+    outbox_rows,
+    purge_rows,
     stored_event_from_row,
     task_from_row,
     task_head_from_row,
@@ -214,6 +228,161 @@ class SQLiteTx:
             written = [row[0] for row in c.execute(Q["apply"], {"rows": rows}).fetchall()]
             c.execute(Q["insert_events"], {"rows": events, "written": _dump(written)})
             return {UUID(i) for i in written}
+
+        return await self._conn.run(run)
+
+    async def lock_admission(self) -> None:
+        """Nothing more to take: BEGIN IMMEDIATE already holds the file's one write lock."""
+
+    async def active_load(self) -> list[LoadRow]:
+        """Queued and executing tasks, grouped."""
+
+        def run(c: sqlite3.Connection) -> list[LoadRow]:
+            return [
+                LoadRow(r["tenant"], r["task_type"], r["assignee"], r["n"])
+                for r in c.execute(Q["active_load"])
+            ]
+
+        return await self._conn.run(run)
+
+    async def admission_candidates(
+        self, now: datetime, per_tenant: int, skip_types: Sequence[str] = ()
+    ) -> list[Candidate]:
+        """The heads of every tenant's priority levels."""
+        params = {
+            "now": to_micros(now),
+            "per_tenant": per_tenant,
+            "skip_types": _dump(list(skip_types)),
+        }
+
+        def run(c: sqlite3.Connection) -> list[Candidate]:
+            return [
+                Candidate(
+                    UUID(r["id"]),
+                    r["tenant"],
+                    r["task_type"],
+                    r["assignee"],
+                    r["priority"],
+                    from_micros(r["eligible_at"]),  # type: ignore[arg-type]
+                    r["seq"],
+                )
+                for r in c.execute(Q["admission_candidates"], params)
+            ]
+
+        return await self._conn.run(run)
+
+    async def rate_buckets(self, names: Sequence[str]) -> dict[str, Bucket]:
+        """Stored buckets (the write lock already keeps them ours)."""
+        params = {"names": _dump(list(names))}
+
+        def run(c: sqlite3.Connection) -> dict[str, Bucket]:
+            return {
+                r["name"]: Bucket(r["tokens"], from_micros(r["updated_at"]))  # type: ignore[arg-type]
+                for r in c.execute(Q["rate_buckets"], params)
+            }
+
+        return await self._conn.run(run)
+
+    async def save_rate_buckets(self, buckets: Mapping[str, Bucket]) -> None:
+        """Upsert."""
+        if buckets:
+            rows = _dump(
+                [
+                    {"name": n, "tokens": b.tokens, "updated_at": to_micros(b.updated_at)}
+                    for n, b in buckets.items()
+                ]
+            )
+            await self._conn.run(lambda c: c.execute(Q["save_rate_buckets"], {"rows": rows}))
+
+    async def admit_ids(self, ids: Sequence[UUID], now: datetime, event: BulkEvent) -> list[UUID]:
+        """Update the chosen rows still pending, then record their events."""
+        if not ids:
+            return []
+        params = {"ids": _dump([str(i) for i in ids]), "now": to_micros(now), "tail": event.tail}
+
+        def run(c: sqlite3.Connection) -> set[UUID]:
+            written = [row[0] for row in c.execute(Q["admit_ids"], params).fetchall()]
+            if written:
+                c.execute(
+                    Q["admit_events"],
+                    {"ids": _dump(written), "now": params["now"], "actor": event.actor,
+                     "data": event.data_text},
+                )  # fmt: skip
+            return {UUID(i) for i in written}
+
+        admitted = await self._conn.run(run)
+        return [i for i in ids if i in admitted]
+
+    async def lock_dependents_ready(self, limit: int) -> list[Task]:
+        """Held tasks whose dependencies settled."""
+        return await self._conn.run(lambda c: _tasks(c, "lock_dependents_ready", {"limit": limit}))
+
+    async def task_states(self, ids: Sequence[UUID]) -> dict[UUID, TaskState]:
+        """States by id."""
+        params = {"ids": _dump([str(i) for i in ids])}
+
+        def run(c: sqlite3.Connection) -> dict[UUID, TaskState]:
+            return {
+                UUID(r["id"]): TaskState(r["state"]) for r in c.execute(Q["task_states"], params)
+            }
+
+        return await self._conn.run(run)
+
+    # --- Dead letter retention and alerts ---------------------------------------------------
+
+    async def enqueue_outbox(self, items: Sequence[OutboxItem]) -> int:
+        """Insert the deliveries not already stored."""
+        if not items:
+            return 0
+        rows = _dump(outbox_rows(items, CODEC))
+        return await self._conn.run(
+            lambda c: len(c.execute(Q["enqueue_outbox"], {"rows": rows}).fetchall())
+        )
+
+    async def lease_outbox(
+        self, kind: str, now: datetime, limit: int, until: datetime
+    ) -> list[OutboxRow]:
+        """Pick due deliveries and push them to ``until`` in one statement."""
+        params = {"kind": kind, "now": to_micros(now), "limit": limit, "until": to_micros(until)}
+
+        def run(c: sqlite3.Connection) -> list[OutboxRow]:
+            rows = c.execute(Q["lease_outbox"], params).fetchall()
+            return sorted((outbox_from_row(r, CODEC) for r in rows), key=lambda r: r.id)
+
+        return await self._conn.run(run)
+
+    async def record_deliveries(self, results: Sequence[DeliveryResult]) -> None:
+        """Record tries in one statement."""
+        if results:
+            rows = _dump(delivery_rows(results, CODEC))
+            await self._conn.run(lambda c: c.execute(Q["record_deliveries"], {"rows": rows}))
+
+    async def lock_expired_dead_letters(
+        self, limit: int, p0_before: datetime, other_before: datetime
+    ) -> list[Task]:
+        """Dead letters past retention (the write lock is already held)."""
+        params = {
+            "limit": limit,
+            "p0_before": to_micros(p0_before),
+            "other_before": to_micros(other_before),
+            "latest": to_micros(max(p0_before, other_before)),
+        }
+        return await self._conn.run(lambda c: _tasks(c, "lock_expired_dead_letters", params))
+
+    async def purge(self, items: Sequence[Purge]) -> set[UUID]:
+        """Guarded delete, then the last events and the logs of the rows deleted."""
+        if not items:
+            return set()
+        rows = _dump(purge_rows(items, CODEC))
+        events = _dump(event_rows([p.event for p in items], CODEC))
+
+        def run(c: sqlite3.Connection) -> set[UUID]:
+            gone = [row[0] for row in c.execute(Q["purge_tasks"], {"rows": rows}).fetchall()]
+            if gone:
+                ids = _dump(gone)
+                c.execute(Q["insert_events"], {"rows": events, "written": ids})
+                c.execute(Q["purge_logs"], {"ids": ids})
+            return {UUID(i) for i in gone}
 
         return await self._conn.run(run)
 
@@ -513,7 +682,7 @@ class SQLiteStore:
 
         def run(c: sqlite3.Connection) -> WorkHints:
             row = c.execute(Q["work_hints"], params).fetchone()
-            return WorkHints(*(bool(v) for v in row))
+            return WorkHints(*(bool(v) for v in row))  # lapsed, due, admissible, queued, held
 
         return await self._reader.run(run)
 
@@ -603,12 +772,116 @@ class SQLiteStore:
 
     # --- test and maintenance helpers ---------------------------------------------------------
 
+    # --- leadership and pausing --------------------------------------------------------------
+
+    async def lead(self, name: str, holder: str, now: datetime, ttl_secs: float) -> int | None:
+        """One upsert that holds only for the holder or over an expired lease."""
+        params = {
+            "name": name,
+            "holder": holder,
+            "now": to_micros(now),
+            "expires_at": to_micros(now + timedelta(seconds=ttl_secs)),
+        }
+        row = await self._write(lambda c: c.execute(Q["lead"], params).fetchone())
+        return None if row is None else int(row[0])
+
+    async def resign(self, name: str, holder: str) -> None:
+        """End our lease now."""
+        await self._write(lambda c: c.execute(Q["resign"], {"name": name, "holder": holder}))
+
+    async def leader(self, name: str) -> LeaderInfo | None:
+        """The lease row."""
+
+        def run(c: sqlite3.Connection) -> LeaderInfo | None:
+            r = c.execute(Q["leader"], {"name": name}).fetchone()
+            if r is None:
+                return None
+            times = [from_micros(r[k]) for k in ("acquired_at", "renewed_at", "expires_at")]
+            return LeaderInfo(r["name"], r["holder"], r["term"], *times)  # type: ignore[arg-type]
+
+        return await self._reader.run(run)
+
+    async def pause(self, task_type: str, by: str, reason: str, now: datetime) -> None:
+        """Insert the pause."""
+        params = {"task_type": task_type, "by": by, "reason": reason, "now": to_micros(now)}
+        await self._write(lambda c: c.execute(Q["pause"], params))
+
+    async def resume(self, task_type: str) -> bool:
+        """Delete the pause."""
+        cur = await self._write(lambda c: c.execute(Q["resume"], {"task_type": task_type}))
+        return cur.rowcount > 0
+
+    async def paused(self) -> list[PausedType]:
+        """Every pause."""
+
+        def run(c: sqlite3.Connection) -> list[PausedType]:
+            return [
+                PausedType(r["task_type"], from_micros(r["paused_at"]), r["paused_by"],  # type: ignore[arg-type]
+                           r["reason"])
+                for r in c.execute(Q["paused"])
+            ]  # fmt: skip
+
+        return await self._reader.run(run)
+
     async def execute_raw(self, sql: str, params: dict[str, Any] | None = None) -> None:
         """Run statements as they are (for tests that simulate tampering)."""
         async with self._write_lock:
             await self._writer.run(
                 lambda c: c.executescript(sql) if params is None else c.execute(sql, params)
             )
+
+    # --- cron schedules (R18) ------------------------------------------------------------------
+
+    async def insert_schedule(self, schedule: Schedule) -> bool:
+        """Insert unless the name is taken in the tenant."""
+        params = {
+            "tenant": schedule.tenant,
+            "name": schedule.name,
+            "cron": schedule.cron,
+            "tz": schedule.tz,
+            "task": _dump(schedule.task),
+            "catch_up": schedule.catch_up.value,
+            "next_at": to_micros(schedule.next_at),
+            "created_by": schedule.created_by,
+            "now": to_micros(schedule.created_at),
+        }
+        rows = await self._write(lambda c: c.execute(Q["insert_schedule"], params).fetchall())
+        return bool(rows)
+
+    async def list_schedules(self, tenant: str | None = None) -> list[Schedule]:
+        """By tenant and name."""
+        return await self._schedules("list_schedules", {"tenant": tenant})
+
+    async def delete_schedule(self, tenant: str, name: str) -> Schedule | None:
+        """Delete and return the row."""
+        params = {"tenant": tenant, "name": name}
+        rows = await self._write(lambda c: c.execute(Q["delete_schedule"], params).fetchall())
+        return _schedule_from_row(rows[0]) if rows else None
+
+    async def due_schedules(self, now: datetime, limit: int) -> list[Schedule]:
+        """On the reader connection: no write lock while nothing is due."""
+        return await self._schedules("due_schedules", {"now": to_micros(now), "limit": limit})
+
+    async def advance_schedule(
+        self, schedule: Schedule, next_at: datetime, fired: datetime | None, now: datetime
+    ) -> bool:
+        """Guarded on the ``next_at`` the caller read."""
+        params = {
+            "tenant": schedule.tenant,
+            "name": schedule.name,
+            "expected": to_micros(schedule.next_at),
+            "next_at": to_micros(next_at),
+            "last_slot_at": to_micros(fired),
+            "now": to_micros(now),
+        }
+        cur = await self._write(lambda c: c.execute(Q["advance_schedule"], params))
+        return cur.rowcount > 0
+
+    async def _schedules(self, query: str, params: dict[str, Any]) -> list[Schedule]:
+        def run(c: sqlite3.Connection) -> list[Schedule]:
+            return [_schedule_from_row(row) for row in c.execute(Q[query], params)]
+
+        return await self._reader.run(run)
 
 
 async def _settle(job: asyncio.Future[Any]) -> bool:
@@ -634,3 +907,27 @@ def _statements(script: str) -> list[str]:
     if rest and not all(ln.strip().startswith("--") or not ln.strip() for ln in current):
         statements.append(rest)
     return statements
+
+
+def _schedule_from_row(row: sqlite3.Row) -> Schedule:
+    """A Schedule from an aq_schedules row (times in microseconds, the template JSON text)."""
+
+    def at(column: str) -> datetime:
+        value = from_micros(row[column])
+        assert value is not None
+        return value
+
+    return Schedule(
+        tenant=row["tenant"],
+        name=row["name"],
+        cron=row["cron"],
+        tz=row["tz"],
+        task=json.loads(row["task"]),
+        catch_up=CatchUp(row["catch_up"]),
+        next_at=at("next_at"),
+        created_by=row["created_by"],
+        created_at=at("created_at"),
+        updated_at=at("updated_at"),
+        last_slot_at=from_micros(row["last_slot_at"]),
+        last_fired_at=from_micros(row["last_fired_at"]),
+    )

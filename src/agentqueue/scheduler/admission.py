@@ -1,0 +1,241 @@
+"""Admission under limits (R4, R12): which pending tasks move to the queue, and how many.
+
+Without caps or rate limits, admission is ordering only and runs as one set-wise statement
+(``scheduler.steps.admit``). With them, one admitter at a time (a lock the store holds for
+the transaction) counts what is admitted, reads the best candidates of each tenant, and lets
+:func:`plan` choose; the choice is then written set-wise, with the rate buckets, in the same
+transaction. :func:`plan` is pure, so every rule is tested without a database.
+
+The rules, in order: the P0 lane, then aged priority, then age (R4); among tasks of equal rank,
+the tenant with the least admitted work per unit of weight (fair share); a task is skipped while
+the global cap, its agent's cap or one of its rate limits has no room. Caps count admitted work
+(queued and executing), so a retried task comes back through here like a new one.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from uuid import UUID
+
+from ..config import Settings
+from ..domain.priority import order_key
+from ..domain.states import Action, bulk_event
+from ..service.records import ADMITTER
+from ..service.runtime import Runtime
+from ..store.base import Bucket, Candidate, LoadRow
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    """A token bucket: ``per_sec`` tokens come back each second, at most ``burst`` are kept."""
+
+    per_sec: float
+    burst: float
+
+    def refill(self, bucket: Bucket | None, now: datetime) -> float:
+        """The tokens ``bucket`` holds at ``now`` (a bucket never used starts full)."""
+        if bucket is None:
+            return self.burst
+        elapsed = max(0.0, (now - bucket.updated_at).total_seconds())
+        # Rounded, so six seconds at 10 a minute make a whole token, not 0.9999999.
+        return round(min(self.burst, bucket.tokens + elapsed * self.per_sec), 9)
+
+
+@dataclass(frozen=True)
+class AdmissionPolicy:
+    """The limits admission weighs, from the configuration."""
+
+    max_active: int | None = None
+    agent_caps: Mapping[str, int] = field(default_factory=dict)
+    agent_by_type: Mapping[str, str] = field(default_factory=dict)
+    type_limits: Mapping[str, str] = field(default_factory=dict)
+    agent_limits: Mapping[str, str] = field(default_factory=dict)
+    rates: Mapping[str, RateLimit] = field(default_factory=dict)
+    fair_share: bool = True
+    weights: Mapping[str, float] = field(default_factory=dict)
+    aging_secs: float = 600.0
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> AdmissionPolicy:
+        """The policy ``settings`` describe."""
+        return cls(
+            max_active=settings.admission.max_active,
+            agent_caps={name: a.max_concurrent for name, a in settings.agents.items()},
+            agent_by_type={t: name for name, a in settings.agents.items() for t in a.task_types},
+            type_limits={n: t.rate_limit for n, t in settings.task_types.items() if t.rate_limit},
+            agent_limits={n: a.rate_limit for n, a in settings.agents.items() if a.rate_limit},
+            rates={
+                name: RateLimit(r.per_minute / 60.0, float(r.burst))
+                for name, r in settings.rate_limits.items()
+            },
+            fair_share=settings.admission.fair_share,
+            weights=dict(settings.admission.tenant_weights),
+            aging_secs=settings.queue.aging_interval_secs,
+        )
+
+    def agent_of(self, task_type: str, assignee: str | None) -> str | None:
+        """The agent whose cap a task counts against: its assignee if that is an agent, else
+        the agent serving its type (None for work no agent is configured for)."""
+        if assignee is not None and assignee in self.agent_caps:
+            return assignee
+        return self.agent_by_type.get(task_type)
+
+    def limits_of(self, task_type: str, agent: str | None) -> tuple[str, ...]:
+        """The rate limits a task of this type, run by this agent, draws a token from."""
+        names = [self.type_limits.get(task_type), self.agent_limits.get(agent or "")]
+        return tuple(dict.fromkeys(n for n in names if n is not None))
+
+    def used_limits(self) -> list[str]:
+        """Every rate limit some task type or agent draws from."""
+        return sorted({*self.type_limits.values(), *self.agent_limits.values()})
+
+
+@dataclass(frozen=True)
+class Load:
+    """Admitted work (queued or executing) as the caps count it."""
+
+    total: int
+    by_agent: Mapping[str, int]
+    by_tenant: Mapping[str, int]
+
+    @classmethod
+    def count(cls, rows: Sequence[LoadRow], policy: AdmissionPolicy) -> Load:
+        """Sum the store's grouped counts by agent and by tenant."""
+        by_agent: Counter[str] = Counter()
+        by_tenant: Counter[str] = Counter()
+        for row in rows:
+            agent = policy.agent_of(row.task_type, row.assignee)
+            if agent is not None:
+                by_agent[agent] += row.count
+            by_tenant[row.tenant] += row.count
+        return cls(sum(by_tenant.values()), by_agent, by_tenant)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to admit, in order, and the rate buckets as they stand afterwards."""
+
+    ids: list[UUID]
+    tokens: dict[str, float]
+    room: int
+    """How many more the global cap (or the batch) allowed when planning began."""
+
+
+def capacity(policy: AdmissionPolicy, load: Load, limit: int) -> int:
+    """How many tasks may be admitted now: the batch, under the global cap."""
+    if policy.max_active is None:
+        return limit
+    return max(0, min(limit, policy.max_active - load.total))
+
+
+def full_types(
+    policy: AdmissionPolicy, load: Load, tokens: Mapping[str, float], task_types: Sequence[str]
+) -> list[str]:
+    """Task types none of whose tasks can be admitted now (their agent is at its cap, or a rate
+    limit they draw from is empty), so candidates behind them are read instead."""
+    full = []
+    for task_type in task_types:
+        agent = policy.agent_by_type.get(task_type)
+        at_cap = agent is not None and load.by_agent.get(agent, 0) >= policy.agent_caps[agent]
+        empty = any(tokens.get(name, 1.0) < 1.0 for name in policy.limits_of(task_type, agent))
+        if at_cap or empty:
+            full.append(task_type)
+    return full
+
+
+def plan(
+    candidates: Sequence[Candidate],
+    load: Load,
+    tokens: Mapping[str, float],
+    policy: AdmissionPolicy,
+    now: datetime,
+    limit: int,
+) -> Plan:
+    """Choose up to ``limit`` candidates to admit, best first, within every limit.
+
+    ``tokens`` are the rate buckets refilled to ``now``. Tenants are served from a heap keyed by
+    the rank of their best remaining task (lane, aged priority), then (with fair share) by their
+    admitted work divided by their weight, then by that task's age.
+    """
+    room = capacity(policy, load, limit)
+    left = dict(tokens)
+    if room == 0 or not candidates:
+        return Plan([], left, room)
+    queues: dict[str, list[tuple[tuple[int, int, datetime, int], Candidate]]] = {}
+    for c in candidates:
+        key = order_key(c.priority, c.eligible_at, c.seq, now, policy.aging_secs)
+        queues.setdefault(c.tenant, []).append((key, c))
+    for queue in queues.values():
+        queue.sort(key=lambda item: item[0], reverse=True)  # pop() takes the best
+    served = Counter(load.by_tenant)
+    agents = Counter(load.by_agent)
+
+    def entry(tenant: str) -> tuple[tuple[object, ...], str]:
+        key = queues[tenant][-1][0]
+        share = served[tenant] / policy.weights.get(tenant, 1.0) if policy.fair_share else 0.0
+        return (key[0], key[1], share, key[2], key[3]), tenant
+
+    heap = [entry(tenant) for tenant in queues]
+    heapq.heapify(heap)
+    chosen: list[UUID] = []
+    while heap and len(chosen) < room:
+        _, tenant = heapq.heappop(heap)
+        _, c = queues[tenant].pop()
+        agent = policy.agent_of(c.task_type, c.assignee)
+        limits = policy.limits_of(c.task_type, agent)
+        fits = (agent is None or agents[agent] < policy.agent_caps[agent]) and all(
+            left.get(name, 0.0) >= 1.0 for name in limits
+        )
+        if fits:
+            chosen.append(c.id)
+            served[tenant] += 1
+            if agent is not None:
+                agents[agent] += 1
+            for name in limits:
+                left[name] -= 1.0
+        if queues[tenant]:
+            heapq.heappush(heap, entry(tenant))
+    return Plan(chosen, left, room)
+
+
+CANDIDATES_PER_TENANT = 200
+"""Candidates read per priority level per tenant beyond the room the cap leaves."""
+
+
+async def admit_limited(rt: Runtime, limit: int) -> list[UUID]:
+    """Admit under the configured caps, rate limits and fair share; return the ids admitted,
+    best first. One transaction: counts, candidates, buckets and the admissions together."""
+    policy = AdmissionPolicy.from_settings(rt.settings)
+    now = rt.clock.now()
+    async with rt.store.transaction() as tx:
+        await tx.lock_admission()
+        load = Load.count(await tx.active_load(), policy)
+        room = capacity(policy, load, limit)
+        if room == 0:
+            return []
+        names = policy.used_limits()
+        stored = await tx.rate_buckets(names) if names else {}
+        tokens = {name: policy.rates[name].refill(stored.get(name), now) for name in names}
+        skip = full_types(
+            policy, load, tokens, sorted({*policy.agent_by_type, *policy.type_limits})
+        )
+        per_tenant = min(limit, room + CANDIDATES_PER_TENANT)
+        candidates = await tx.admission_candidates(now, per_tenant, skip)
+        chosen = plan(candidates, load, tokens, policy, now, limit)
+        admitted = await tx.admit_ids(chosen.ids, now, bulk_event(Action.ADMIT, now, ADMITTER))
+        if names:
+            # A token is spent only by an admission that was written.
+            spent = set(admitted)
+            left = dict(tokens)
+            for c in candidates:
+                if c.id in spent:
+                    for name in policy.limits_of(
+                        c.task_type, policy.agent_of(c.task_type, c.assignee)
+                    ):
+                        left[name] -= 1.0  # fmt: skip
+            await tx.save_rate_buckets({name: Bucket(left[name], now) for name in names})
+        return admitted

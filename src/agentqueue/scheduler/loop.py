@@ -1,0 +1,149 @@
+"""The scheduler loop: compete for the leadership, and while leading, run the steps at once on
+every wake-up (news of pending work) and at least every ``tick_secs``.
+
+It runs on its own (``agentqueue scheduler``) or inside a worker or ``serve``, which feeds it
+their wake-ups. Followers only try to take the lease, every ``renew_secs``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+
+from ..domain.errors import AgentQueueError
+from ..service.runtime import Runtime
+from ..store.base import CHANNEL_PENDING
+from .leader import Leadership
+from .steps import TickReport, tick
+
+log = logging.getLogger("agentqueue.scheduler")
+
+PeriodicStep = tuple[Callable[[Runtime], Awaitable[object]], float | None]
+"""A step and its interval in seconds (None: every ``tick_secs``)."""
+
+
+async def wait_event(event: asyncio.Event, timeout_secs: float) -> bool:
+    """Wait for ``event`` at most ``timeout_secs``; True if it was set.
+
+    Not ``asyncio.wait_for``: on Python 3.11 it can hang a task that is cancelled just as the
+    event is set, which is exactly how a loop stops.
+    """
+    try:
+        async with asyncio.timeout(timeout_secs):
+            await event.wait()
+    except TimeoutError:
+        return False
+    return True
+
+
+class Scheduler:
+    """One scheduler: a candidate for the leadership that runs the steps while it leads."""
+
+    def __init__(
+        self,
+        rt: Runtime,
+        holder: str,
+        *,
+        on_admitted: Callable[[], None] | None = None,
+        listen: bool = True,
+        min_gap_secs: float = 0.05,
+        periodic: Sequence[PeriodicStep] = (),
+    ) -> None:
+        self.rt = rt
+        self.leadership = Leadership(rt, holder)
+        self.wake = asyncio.Event()
+        """Set it to run the steps now (a worker sets it on news of pending work)."""
+        self.on_admitted = on_admitted
+        self.listen = listen
+        self.min_gap_secs = min_gap_secs
+        self.periodic = list(periodic)
+        self._last_run: dict[int, float] = {}
+        self.ticks = 0
+        self.last_report: TickReport | None = None
+
+    @property
+    def leading(self) -> bool:
+        """Whether this scheduler leads now."""
+        return self.leadership.leading()
+
+    async def run(self) -> None:
+        """Run until cancelled; hand the leadership back on the way out."""
+        listener = asyncio.create_task(self._listen()) if self.listen else None
+        # Cron, retention and alerts run beside the steps, so a slow alert endpoint never holds
+        # up admission.
+        periodic = asyncio.create_task(self._periodic_loop())
+        settings = self.rt.settings.scheduler
+        throttle = not self.rt.store.push_notifications
+        try:
+            while True:
+                more = False
+                if await self._lead():
+                    more = await self._pass()
+                if more:
+                    continue  # admission was cut at its batch size: go on at once
+                if throttle:
+                    # Without push notifications every commit is a wake-up: space the passes.
+                    await asyncio.sleep(self.min_gap_secs)
+                wait = settings.tick_secs if self.leading else settings.renew_secs
+                await wait_event(self.wake, wait)
+                self.wake.clear()
+        finally:
+            for job in (listener, periodic):
+                if job is not None:
+                    job.cancel()
+            await asyncio.gather(*(j for j in (listener, periodic) if j), return_exceptions=True)
+            await asyncio.shield(self.leadership.resign())
+
+    async def _lead(self) -> bool:
+        try:
+            return await self.leadership.hold()
+        except AgentQueueError as exc:
+            log.warning("scheduler lease failed: %s", exc)
+            return False
+
+    async def _pass(self) -> bool:
+        try:
+            report = await tick(self.rt)
+        except AgentQueueError as exc:
+            log.warning("scheduler step failed: %s", exc)
+            return False
+        self.ticks += 1
+        self.last_report = report
+        if report.admitted and self.on_admitted is not None:
+            self.on_admitted()
+        return report.more
+
+    async def _periodic_loop(self) -> None:
+        while True:
+            if self.leading:
+                await self.run_periodic()
+            await asyncio.sleep(self.rt.settings.scheduler.tick_secs)
+
+    async def run_periodic(self, *, all_due: bool = False) -> None:
+        """Run each periodic step whose interval has passed (each one with ``all_due``);
+        a failing one is logged."""
+        loop = asyncio.get_running_loop()
+        for index, (step, every) in enumerate(self.periodic):
+            last = self._last_run.get(index)
+            interval = every if every is not None else self.rt.settings.scheduler.tick_secs
+            if not all_due and last is not None and loop.time() - last < interval:
+                continue
+            self._last_run[index] = loop.time()
+            try:
+                await step(self.rt)
+            except AgentQueueError as exc:
+                log.warning("scheduler step %s failed: %s", getattr(step, "__name__", step), exc)
+
+    async def _listen(self) -> None:
+        """Wake on news of pending work (a standalone scheduler's own listener)."""
+        while True:
+            try:
+                async with self.rt.store.listen((CHANNEL_PENDING,)) as notices:
+                    async for _notice in notices:
+                        self.wake.set()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the regular pass covers the gap
+                log.warning("scheduler listener lost (%s); reconnecting", exc)
+                await asyncio.sleep(1.0)

@@ -1,0 +1,58 @@
+"""Helpers of the scheduler tests that start real `agentqueue` processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+AGENTQUEUE = Path(sys.executable).with_name("agentqueue")
+
+
+def spawn(args: list[str], log: Path) -> subprocess.Popen[bytes]:
+    """``agentqueue ARGS`` as a child process, its output in ``log``."""
+    env = {**os.environ, "AGENTQUEUE_LOG_LEVEL": "INFO"}
+    env.pop("AGENTQUEUE_CONFIG", None)
+    with log.open("w") as out:
+        return subprocess.Popen(
+            [str(AGENTQUEUE), *args], env=env, stdout=out, stderr=subprocess.STDOUT
+        )
+
+
+class Hook:
+    """A local HTTP server that records every POST and answers with the next queued status
+    (200 once the queue is empty)."""
+
+    def __init__(self) -> None:
+        self.received: list[tuple[str, dict[str, Any]]] = []
+        self.statuses: list[int] = []
+        self._lock = threading.Lock()
+        hook = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length", "0"))
+                body = json.loads(self.rfile.read(length) or b"null")
+                with hook._lock:
+                    hook.received.append((self.path, body))
+                    status = hook.statuses.pop(0) if hook.statuses else 200
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/alerts"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def bodies(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [body for _, body in self.received]

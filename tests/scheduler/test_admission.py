@@ -1,0 +1,260 @@
+"""Admission (R4, R12) on each backend, driven step by step on the manual clock: aging and the
+P0 lane, the global and per-agent caps (retries included), a named rate limit, fair share
+between tenants, and pausing a task type."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentqueue import AsyncQueue, ManualClock, Task, TaskState
+from agentqueue.config import Settings, load_settings
+from agentqueue.domain.errors import ConfigError, InvalidInput
+from agentqueue.service.execution import Outcome, OutcomeKind
+
+S = TaskState
+AgentConf = dict[str, Any]
+
+
+def agent(task_types: list[str], cap: int, **more: Any) -> AgentConf:
+    """A command agent entry (never started here: only its cap and limits matter)."""
+    return {"command": [sys.executable, "-c", "pass"], "task_types": task_types,
+            "max_concurrent": cap, **more}  # fmt: skip
+
+
+@pytest.fixture
+async def limited(
+    db_url: str, clock: ManualClock
+) -> AsyncIterator[Callable[..., AsyncIterator[AsyncQueue]]]:
+    """Open queues on the test database with the given settings."""
+    opened: list[AsyncQueue] = []
+
+    async def make(**settings: Any) -> AsyncQueue:
+        queue = AsyncQueue(db_url, clock=clock, settings=Settings(**settings))
+        await queue.open()
+        opened.append(queue)
+        return queue
+
+    yield make  # type: ignore[misc]
+    for queue in opened:
+        await queue.close()
+
+
+async def complete_all(queue: AsyncQueue, tasks: list[Task]) -> None:
+    """Complete claimed tasks in one batch."""
+    assert all(t.lock_token for t in tasks)
+    await queue.finish(
+        [Outcome(t.id, t.lock_token, OutcomeKind.COMPLETED) for t in tasks]  # type: ignore[arg-type]
+    )
+
+
+async def admitted_titles(queue: AsyncQueue) -> list[str]:
+    return [t.title for t in await queue.admit()]
+
+
+async def test_aged_p5_is_admitted_like_p2_and_the_p0_lane_still_goes_first(
+    limited: Any, clock: ManualClock
+) -> None:
+    queue = await limited(admission={"max_active": 1})
+    await queue.submit(title="old P5", task_type="docs", priority=5)
+    clock.advance(minutes=30)  # 30 minutes at the default 10-minute aging interval: 5 -> 2
+    await queue.submit(title="new P2", task_type="docs", priority=2)
+    await queue.submit(title="new P3", task_type="docs", priority=3)
+    await queue.submit(title="P0", task_type="docs", priority=0, idempotency_key="k0")
+    order = []
+    for _ in range(4):
+        [task] = await queue.admit()
+        order.append(task.title)
+        [claimed] = await queue.claim(1, "w")
+        await queue.complete(claimed.id, claimed.lock_token)
+    # P0 first; then the aged P5 ranks like P2 and, having waited longer, goes before it.
+    assert order == ["P0", "old P5", "new P2", "new P3"]
+
+
+async def test_the_global_cap_counts_queued_and_executing_work(limited: Any) -> None:
+    queue = await limited(admission={"max_active": 3})
+    await queue.submit_many([{"title": f"t{i}", "task_type": "docs"} for i in range(10)])
+    assert len(await queue.admit()) == 3
+    assert await queue.admit() == []  # three queued: the cap is reached
+    claimed = await queue.claim(2, "w")
+    assert await queue.admit() == []  # executing counts too
+    await queue.complete(claimed[0].id, claimed[0].lock_token)
+    assert len(await queue.admit()) == 1
+    counts = (await queue.stats()).by_state
+    assert counts[S.QUEUED] + counts[S.EXECUTING] == 3
+
+
+async def test_agent_cap_counts_a_retried_task_like_a_new_one(
+    limited: Any, clock: ManualClock
+) -> None:
+    queue = await limited(
+        agents={"fixer": agent(["bugfix"], 2)}, retry={"base": 1.0, "cap_secs": 1, "jitter": 0}
+    )
+    await queue.submit_many([{"title": f"b{i}", "task_type": "bugfix"} for i in range(4)])
+    await queue.submit(title="docs are free", task_type="docs")
+    first = await queue.admit()
+    assert sorted(t.title for t in first) == ["b0", "b1", "docs are free"]
+    claimed = {t.title: t for t in await queue.claim(3, "w")}
+    # b0 fails and will retry; while it waits in retrying it holds no slot, so b2 goes in.
+    await queue.fail(claimed["b0"].id, claimed["b0"].lock_token, "flaky", retryable=True)
+    assert [t.title for t in await queue.admit()] == ["b2"]
+    clock.advance(seconds=5)
+    retried = await queue.promote_due_retries()
+    assert [t.title for t in retried] == ["b0"]
+    # Back in pending, the retry waits for a slot like any new task: the agent has 2 admitted.
+    assert await queue.admit() == []
+    await queue.complete(claimed["b1"].id, claimed["b1"].lock_token)
+    # A retry ages from when its backoff ended, so b3 (waiting since submit) goes first.
+    assert [t.title for t in await queue.admit()] == ["b3"]
+    await queue.complete(claimed["docs are free"].id, claimed["docs are free"].lock_token)
+    assert await queue.admit() == []  # the free slot is not the agent's
+    active = await queue.list(state=[S.QUEUED, S.EXECUTING], task_type=["bugfix"])
+    assert len(active.items) == 2
+
+
+async def test_an_explicit_assignee_counts_against_that_agents_cap(limited: Any) -> None:
+    queue = await limited(agents={"a": agent(["review"], 1), "b": agent(["docs"], 1)})
+    await queue.submit(title="for b", task_type="review", assignee="b")
+    await queue.submit(title="docs", task_type="docs")
+    await queue.submit(title="review", task_type="review")
+    # "for b" takes b's one slot, so the docs task (b's type) waits; "review" goes to a.
+    assert sorted(await admitted_titles(queue)) == ["for b", "review"]
+
+
+async def test_ten_per_minute_admits_thirty_tasks_never_more_than_ten_in_any_minute(
+    limited: Any, clock: ManualClock
+) -> None:
+    queue = await limited(
+        rate_limits={"llm": {"per_minute": 10}}, task_types={"review": {"rate_limit": "llm"}}
+    )
+    start = clock.now()
+    await queue.submit_many([{"title": f"r{i}", "task_type": "review"} for i in range(30)])
+    times = []
+    for _second in range(240):
+        for _ in await queue.admit():
+            times.append((clock.now() - start).total_seconds())
+        clock.advance(seconds=1)
+    assert len(times) == 30
+    for t0 in range(0, 240):
+        in_window = [t for t in times if t0 <= t < t0 + 60]
+        assert len(in_window) <= 10, f"{len(in_window)} admitted in the minute from {t0}s"
+    assert times[-1] <= 180  # and none held back longer than the rate requires
+
+
+async def test_a_rate_limit_is_shared_by_every_scheduler(limited: Any, clock: ManualClock) -> None:
+    conf = {
+        "rate_limits": {"llm": {"per_minute": 6, "burst": 2}},
+        "agents": {"writer": agent(["docs"], 100, rate_limit="llm")},
+    }
+    one, two = await limited(**conf), await limited(**conf)
+    await one.submit_many([{"title": f"d{i}", "task_type": "docs"} for i in range(10)])
+    assert len(await one.admit()) == 2  # the burst
+    assert await two.admit() == []  # the same bucket, seen from another process
+    clock.advance(seconds=10)  # one token a 10 s
+    assert len(await two.admit()) + len(await one.admit()) == 1
+
+
+async def test_a_small_tenant_is_not_starved_by_a_large_backlog(limited: Any) -> None:
+    queue = await limited(admission={"max_active": 4})
+    await queue.submit_many(
+        [{"title": f"a{i}", "task_type": "docs", "tenant": "a"} for i in range(1000)]
+    )
+    await queue.submit_many(
+        [{"title": f"b{i}", "task_type": "docs", "tenant": "b"} for i in range(10)]
+    )
+    started: list[Task] = []
+    while len([t for t in started if t.tenant == "a"]) < 100:
+        await queue.admit()
+        claimed = await queue.claim(10, "w")
+        assert claimed, "admission stalled"
+        started.extend(claimed)
+        await complete_all(queue, claimed)
+    a_100th = [i for i, t in enumerate(started) if t.tenant == "a"][99]
+    b_positions = [i for i, t in enumerate(started) if t.tenant == "b"]
+    assert len(b_positions) == 10 and max(b_positions) < a_100th
+
+
+async def test_tenant_weights_share_admissions_in_proportion(limited: Any) -> None:
+    queue = await limited(admission={"max_active": 30, "tenant_weights": {"big": 2}})
+    for tenant in ("big", "small"):
+        await queue.submit_many(
+            [{"title": f"{tenant}{i}", "task_type": "docs", "tenant": tenant} for i in range(50)]
+        )
+    admitted = await queue.admit()
+    assert len(admitted) == 30
+    assert sum(t.tenant == "big" for t in admitted) == 20
+
+
+async def test_priority_beats_fair_share(limited: Any) -> None:
+    queue = await limited(admission={"max_active": 2})
+    await queue.submit_many(
+        [{"title": f"a{i}", "task_type": "docs", "tenant": "a", "priority": 2} for i in range(3)]
+    )
+    await queue.submit(title="b", task_type="docs", tenant="b", priority=5)
+    assert await admitted_titles(queue) == ["a0", "a1"]
+
+
+@pytest.mark.parametrize("limits", [False, True], ids=["unlimited", "limited"])
+async def test_a_paused_type_is_neither_admitted_nor_claimed_until_resumed(
+    limited: Any, limits: bool
+) -> None:
+    queue = await limited(admission={"max_active": 100} if limits else {})
+    early = await queue.submit(title="queued before the pause", task_type="deploy")
+    assert early.task.state is (S.PENDING if limits else S.QUEUED)
+    if limits:
+        await queue.admit()
+    await queue.pause("deploy", actor="oncall", reason="incident 42")
+    late = await queue.submit(title="during the pause", task_type="deploy")
+    other = await queue.submit(title="other work", task_type="docs")
+    assert late.task.state is S.PENDING  # not admitted as it was submitted
+    await queue.admit()
+    claimed = await queue.claim(10, "w")
+    assert [t.id for t in claimed] == [other.task.id]
+    [paused] = await queue.paused()
+    assert (paused.task_type, paused.paused_by, paused.reason) == (
+        "deploy",
+        "oncall",
+        "incident 42",
+    )
+    assert await queue.resume("deploy", actor="oncall")
+    assert not await queue.resume("deploy", actor="oncall")
+    await queue.admit()
+    claimed = await queue.claim(10, "w")
+    assert {t.id for t in claimed} == {early.task.id, late.task.id}
+
+
+async def test_pause_refuses_a_bad_type_name(limited: Any) -> None:
+    queue = await limited()
+    with pytest.raises(InvalidInput) as caught:
+        await queue.pause("not a type!", actor="oncall")
+    assert caught.value.problems[0].field == "task_type"
+    assert await queue.paused() == []
+
+
+async def test_caps_hold_with_two_schedulers_admitting_at_once(limited: Any) -> None:
+    import asyncio
+
+    conf = {"admission": {"max_active": 5}, "agents": {"fixer": agent(["bugfix"], 3)}}
+    one, two = await limited(**conf), await limited(**conf)
+    await one.submit_many(
+        [{"title": f"t{i}", "task_type": "bugfix" if i % 2 else "docs"} for i in range(40)]
+    )
+    for _ in range(5):
+        await asyncio.gather(one.admit(), two.admit(), one.admit(), two.admit())
+        active = (await one.list(state=[S.QUEUED, S.EXECUTING], limit=100)).items
+        assert len(active) <= 5
+        assert sum(t.task_type == "bugfix" for t in active) <= 3
+        claimed = await one.claim(2, "w")
+        await complete_all(one, claimed)
+
+
+def test_unknown_rate_limit_is_refused_naming_the_field(tmp_path: Path) -> None:
+    path = tmp_path / "agentqueue.toml"
+    path.write_text('[task_types.review]\nrate_limit = "nope"\n')
+    with pytest.raises(ConfigError) as caught:
+        load_settings(path)
+    assert "task_types.review.rate_limit" in str(caught.value)
