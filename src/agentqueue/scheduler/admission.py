@@ -89,6 +89,11 @@ class AdmissionPolicy:
         names = [self.type_limits.get(task_type), self.agent_limits.get(agent or "")]
         return tuple(dict.fromkeys(n for n in names if n is not None))
 
+    @property
+    def only_global_cap(self) -> bool:
+        """No agent caps and no rate limits: admission is order plus a count."""
+        return not self.agent_caps and not self.type_limits and not self.agent_limits
+
     def used_limits(self) -> list[str]:
         """Every rate limit some task type or agent draws from."""
         return sorted({*self.type_limits.values(), *self.agent_limits.values()})
@@ -211,8 +216,17 @@ async def admit_limited(rt: Runtime, limit: int) -> list[UUID]:
     best first. One transaction: counts, candidates, buckets and the admissions together."""
     policy = AdmissionPolicy.from_settings(rt.settings)
     now = rt.clock.now()
+    event = bulk_event(Action.ADMIT, now, ADMITTER)
     async with rt.store.transaction() as tx:
         await tx.lock_admission()
+        if policy.only_global_cap:
+            # Nothing to plan per agent or bucket: when one tenant waits (or shares are off),
+            # the plan is the best tasks in claim order, up to the room: one set-wise statement.
+            room = capacity(policy, Load(await tx.active_count(), {}, {}), limit)
+            if room == 0:
+                return []
+            if not policy.fair_share or len(await tx.pending_tenants(2)) < 2:
+                return await tx.admit_next(room, now, policy.aging_secs, event)
         load = Load.count(await tx.active_load(), policy)
         room = capacity(policy, load, limit)
         if room == 0:
@@ -226,7 +240,7 @@ async def admit_limited(rt: Runtime, limit: int) -> list[UUID]:
         per_tenant = min(limit, room + CANDIDATES_PER_TENANT)
         candidates = await tx.admission_candidates(now, per_tenant, skip)
         chosen = plan(candidates, load, tokens, policy, now, limit)
-        admitted = await tx.admit_ids(chosen.ids, now, bulk_event(Action.ADMIT, now, ADMITTER))
+        admitted = await tx.admit_ids(chosen.ids, now, event)
         if names:
             # A token is spent only by an admission that was written.
             spent = set(admitted)

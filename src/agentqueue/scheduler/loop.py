@@ -76,17 +76,19 @@ class Scheduler:
         settings = self.rt.settings.scheduler
         throttle = not self.rt.store.push_notifications
         try:
+            woken = False
             while True:
                 more = False
                 if await self._lead():
-                    more = await self._pass()
+                    more = await self._pass(admit_first=woken)
                 if more:
-                    continue  # admission was cut at its batch size: go on at once
+                    woken = True  # admission was cut at its batch size: go on at once
+                    continue
                 if throttle:
                     # Without push notifications every commit is a wake-up: space the passes.
                     await asyncio.sleep(self.min_gap_secs)
                 wait = settings.tick_secs if self.leading else settings.renew_secs
-                await wait_event(self.wake, wait)
+                woken = await wait_event(self.wake, wait)
                 self.wake.clear()
         finally:
             for job in (listener, periodic):
@@ -102,9 +104,9 @@ class Scheduler:
             log.warning("scheduler lease failed: %s", exc)
             return False
 
-    async def _pass(self) -> bool:
+    async def _pass(self, admit_first: bool = False) -> bool:
         try:
-            report = await tick(self.rt)
+            report = await tick(self.rt, admit_first=admit_first)
         except AgentQueueError as exc:
             log.warning("scheduler step failed: %s", exc)
             return False

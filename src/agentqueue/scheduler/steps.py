@@ -83,15 +83,20 @@ class TickReport:
 ADMIT_BATCH = 1000
 
 
-async def tick(rt: Runtime) -> TickReport:
+async def tick(rt: Runtime, *, admit_first: bool = False) -> TickReport:
     """One pass of every step, in order; a step with nothing to do (one cheap read tells) opens
-    no write transaction."""
+    no write transaction. ``admit_first`` (a pass woken by news of pending work) admits before
+    anything else, so the new work waits for no other step."""
+    admitted = await admit(rt, ADMIT_BATCH) if admit_first else []
+    if len(admitted) == ADMIT_BATCH:
+        return TickReport(0, 0, len(admitted), True)
     hints = await rt.store.work_hints(rt.clock.now())
     reclaimed = await reclaim_lapsed(rt) if hints.lapsed else []
     retried = await promote_due_retries(rt) if hints.due else []
     deps = await advance_dependencies(rt) if hints.held else None
     released = deps.released if deps else 0
-    admitted = await admit(rt, ADMIT_BATCH) if hints.admissible or retried or released else []
+    if (hints.admissible and not admit_first) or retried or released:
+        admitted += await admit(rt, ADMIT_BATCH)
     return TickReport(
         len(reclaimed),
         len(retried),

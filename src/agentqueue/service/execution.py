@@ -139,7 +139,12 @@ async def finish(
     completing = [o for o in outcomes if o.kind is OutcomeKind.COMPLETED]
     items = [(o.task_id, o.lock_token, _checked_result(o.result)) for o in completing]
     heads = (
-        await rt.store.complete(items, now, bulk_event(Action.COMPLETE, now, actor))
+        await rt.store.complete(
+            items,
+            now,
+            bulk_event(Action.COMPLETE, now, actor),
+            wake_scheduler=rt.settings.admission_limited,
+        )
         if items
         else {}
     )

@@ -259,6 +259,20 @@ class Tx(Protocol):
         """Wait until no other transaction is admitting under limits, then hold that turn."""
         ...
 
+    async def active_count(self) -> int:
+        """How many tasks are admitted (queued or executing)."""
+        ...
+
+    async def pending_tenants(self, limit: int) -> list[str]:
+        """Up to ``limit`` tenants that have pending tasks."""
+        ...
+
+    async def admit_next(
+        self, limit: int, now: datetime, aging_secs: float, event: BulkEvent
+    ) -> list[UUID]:
+        """Store.admit (best ``limit`` admissible tasks, set-wise) inside this transaction."""
+        ...
+
     async def active_load(self) -> list[LoadRow]:
         """Admitted work (queued or executing), grouped by tenant, task type and assignee."""
         ...
@@ -381,10 +395,16 @@ class Store(Protocol):
         ...
 
     async def complete(
-        self, items: Sequence[tuple[UUID, UUID, Any]], now: datetime, event: BulkEvent
+        self,
+        items: Sequence[tuple[UUID, UUID, Any]],
+        now: datetime,
+        event: BulkEvent,
+        wake_scheduler: bool = False,
     ) -> dict[UUID, tuple[int, str]]:
         """COMPLETE each (task id, lock_token, result) whose lease still holds; return the new
-        audit head (event_seq, last_hash) of each task completed."""
+        audit head (event_seq, last_hash) of each task completed. Listeners hear CHANNEL_PENDING
+        once for the batch when tasks wait for dependencies, or when ``wake_scheduler`` (the
+        room freed lets admission under caps go on)."""
         ...
 
     async def insert_tasks(self, new: Sequence[NewTask]) -> dict[UUID, int]:

@@ -336,11 +336,13 @@ WITH v AS (
         %(actor)s, '', %(data)s::json, u.last_hash
     FROM upd u
 ), notified AS (
-    -- Tasks waiting on dependencies may be free now: wake the scheduler (one notice a batch,
-    -- and only while such tasks exist: one probe of a small partial index).
+    -- Tasks waiting on dependencies may be free now, or admission under caps has room again:
+    -- wake the scheduler (one notice a batch; for dependencies only while such tasks exist,
+    -- one probe of a small partial index).
     SELECT pg_notify('aq_pending', 'completed')
     WHERE EXISTS (SELECT 1 FROM upd)
-      AND EXISTS (SELECT 1 FROM aq_tasks WHERE state = 'blocked' AND hold = 'dependencies')
+      AND (%(wake)s OR EXISTS (SELECT 1 FROM aq_tasks
+                               WHERE state = 'blocked' AND hold = 'dependencies'))
 )
 SELECT id, event_seq, last_hash, n.sent FROM upd
 CROSS JOIN (SELECT count(*) AS sent FROM notified) AS n
@@ -403,6 +405,21 @@ SELECT tenant, task_type, assignee, count(*) AS n FROM aq_tasks
 WHERE state IN ('queued', 'executing')
 GROUP BY tenant, task_type, assignee
 
+-- name: active_count
+SELECT count(*) AS n FROM aq_tasks WHERE state IN ('queued', 'executing')
+
+-- name: pending_tenants
+-- Up to %(limit)s tenants with pending work, found by skipping through the index.
+WITH RECURSIVE tenants(tenant) AS (
+    SELECT (SELECT tenant FROM aq_tasks WHERE state = 'pending' ORDER BY tenant LIMIT 1)
+    UNION ALL
+    SELECT (SELECT t.tenant FROM aq_tasks t
+            WHERE t.state = 'pending' AND t.tenant > tenants.tenant
+            ORDER BY t.tenant LIMIT 1)
+    FROM tenants WHERE tenants.tenant IS NOT NULL
+)
+SELECT tenant FROM tenants WHERE tenant IS NOT NULL LIMIT %(limit)s
+
 -- name: admission_candidates
 -- The best admissible tasks of every tenant: up to %(per_tenant)s of each priority level of each
 -- tenant with pending work (tenants found by skipping through the index, not by a scan).
@@ -456,8 +473,11 @@ WITH upd AS (
     SELECT u.id, u.event_seq, u.tenant, %(now)s, 'pending', 'queued', 'admit', %(actor)s, '',
         %(data)s::json, u.last_hash
     FROM upd u
+), notified AS (
+    -- Workers hear of it when the transaction commits.
+    SELECT pg_notify('aq_queued', '') FROM (SELECT 1 FROM upd LIMIT 1) AS any_row
 )
-SELECT id FROM upd
+SELECT id, n.sent FROM upd CROSS JOIN (SELECT count(*) AS sent FROM notified) AS n
 
 -- name: lock_dependents_ready
 -- Tasks held for dependencies that can move: every dependency completed, or one of them ended

@@ -167,9 +167,33 @@ class PostgresTx:
         }
         cur = await self._conn.execute(Q["admit_ids"], params, prepare=True)
         admitted = {row["id"] for row in await cur.fetchall()}
-        if admitted:
-            await self.notify("aq_queued")
         return [i for i in ids if i in admitted]
+
+    async def active_count(self) -> int:
+        """Queued plus executing tasks."""
+        cur = await self._conn.execute(Q["active_count"], prepare=True)
+        row = await cur.fetchone()
+        return int(row["n"]) if row else 0
+
+    async def pending_tenants(self, limit: int) -> list[str]:
+        """Tenants with pending tasks."""
+        cur = await self._conn.execute(Q["pending_tenants"], {"limit": limit}, prepare=True)
+        return [r["tenant"] for r in await cur.fetchall()]
+
+    async def admit_next(
+        self, limit: int, now: datetime, aging_secs: float, event: BulkEvent
+    ) -> list[UUID]:
+        """The store's ADMIT statement, inside this transaction (its notice goes at commit)."""
+        params = {
+            "limit": limit,
+            "now": now,
+            "aging_secs": aging_secs,
+            "actor": event.actor,
+            "tail": event.tail,
+            "data": event.data_text,
+        }
+        cur = await self._conn.execute(Q["admit"], params, prepare=True)
+        return [row["id"] for row in await cur.fetchall()]
 
     async def lock_dependents_ready(self, limit: int) -> list[Task]:
         """Held tasks whose dependencies settled."""
@@ -375,7 +399,11 @@ class PostgresStore:
             return [row["id"] for row in await cur.fetchall()]
 
     async def complete(
-        self, items: Sequence[tuple[UUID, UUID, Any]], now: datetime, event: BulkEvent
+        self,
+        items: Sequence[tuple[UUID, UUID, Any]],
+        now: datetime,
+        event: BulkEvent,
+        wake_scheduler: bool = False,
     ) -> dict[UUID, tuple[int, str]]:
         """One statement for the whole batch; rows whose lease moved on are left alone."""
         if not items:
@@ -387,6 +415,7 @@ class PostgresStore:
             "actor": event.actor,
             "tail": event.tail,
             "data": event.data_text,
+            "wake": wake_scheduler,
         }
         async with self._pool.connection() as conn:
             cur = await conn.execute(Q["complete"], params, prepare=True)

@@ -318,6 +318,21 @@ SELECT tenant, task_type, assignee, count(*) AS n FROM aq_tasks
 WHERE state IN ('queued', 'executing')
 GROUP BY tenant, task_type, assignee
 
+-- name: active_count
+SELECT count(*) AS n FROM aq_tasks WHERE state IN ('queued', 'executing')
+
+-- name: pending_tenants
+-- Up to :limit tenants with pending work, found by skipping through the index.
+WITH RECURSIVE tenants(tenant) AS (
+    SELECT (SELECT tenant FROM aq_tasks WHERE state = 'pending' ORDER BY tenant LIMIT 1)
+    UNION ALL
+    SELECT (SELECT t.tenant FROM aq_tasks t
+            WHERE t.state = 'pending' AND t.tenant > tenants.tenant
+            ORDER BY t.tenant LIMIT 1)
+    FROM tenants WHERE tenants.tenant IS NOT NULL
+)
+SELECT tenant FROM tenants WHERE tenant IS NOT NULL LIMIT :limit
+
 -- name: admission_candidates
 -- The best admissible tasks of every tenant: up to :per_tenant of each priority level of each
 -- tenant with pending work (tenants found by skipping through the index, not by a scan).

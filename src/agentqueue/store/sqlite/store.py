@@ -187,6 +187,36 @@ def _tasks(conn: sqlite3.Connection, query: str, params: dict[str, Any]) -> list
     return [task_from_row(row, CODEC) for row in conn.execute(Q[query], params).fetchall()]
 
 
+def _admit(
+    c: sqlite3.Connection, limit: int, now: datetime, aging_secs: float, event: BulkEvent
+) -> list[UUID]:
+    """ADMIT the best ``limit`` admissible tasks and record their events; ids in that order."""
+    params = {
+        "limit": limit,
+        "now": to_micros(now),
+        "aging_us": max(1, int(aging_secs * 1_000_000)),
+        "tail": event.tail,
+    }
+    rows = c.execute(Q["admit"], params).fetchall()
+    if not rows:
+        return []
+    ids = [row["id"] for row in rows]
+    c.execute(
+        Q["admit_events"],
+        {"ids": _dump(ids), "now": params["now"], "actor": event.actor, "data": event.data_text},
+    )
+    rows.sort(
+        key=lambda r: order_key(
+            r["priority"],
+            _EPOCH + timedelta(microseconds=r["eligible_at"]),
+            r["seq"],
+            now,
+            aging_secs,
+        )
+    )
+    return [UUID(row["id"]) for row in rows]
+
+
 class SQLiteTx:
     """Statements inside one BEGIN IMMEDIATE transaction; the write lock is already held."""
 
@@ -312,6 +342,23 @@ class SQLiteTx:
 
         admitted = await self._conn.run(run)
         return [i for i in ids if i in admitted]
+
+    async def active_count(self) -> int:
+        """Queued plus executing tasks."""
+        return await self._conn.run(lambda c: int(c.execute(Q["active_count"]).fetchone()[0]))
+
+    async def pending_tenants(self, limit: int) -> list[str]:
+        """Tenants with pending tasks."""
+        params = {"limit": limit}
+        return await self._conn.run(
+            lambda c: [r[0] for r in c.execute(Q["pending_tenants"], params)]
+        )
+
+    async def admit_next(
+        self, limit: int, now: datetime, aging_secs: float, event: BulkEvent
+    ) -> list[UUID]:
+        """The store's ADMIT, inside this transaction."""
+        return await self._conn.run(lambda c: _admit(c, limit, now, aging_secs, event))
 
     async def lock_dependents_ready(self, limit: int) -> list[Task]:
         """Held tasks whose dependencies settled."""
@@ -573,40 +620,17 @@ class SQLiteStore:
         self, limit: int, now: datetime, aging_secs: float, event: BulkEvent
     ) -> list[UUID]:
         """Update the picked rows, then record their events."""
-        actor = event.actor
-        params = {
-            "limit": limit,
-            "now": to_micros(now),
-            "aging_us": max(1, int(aging_secs * 1_000_000)),
-            "tail": event.tail,
-        }
-
-        def run(c: sqlite3.Connection) -> list[UUID]:
-            rows = c.execute(Q["admit"], params).fetchall()
-            if not rows:
-                return []
-            ids = [row["id"] for row in rows]
-            c.execute(
-                Q["admit_events"],
-                {"ids": _dump(ids), "now": params["now"], "actor": actor, "data": event.data_text},
-            )
-            rows.sort(
-                key=lambda r: order_key(
-                    r["priority"],
-                    _EPOCH + timedelta(microseconds=r["eligible_at"]),
-                    r["seq"],
-                    now,
-                    aging_secs,
-                )
-            )
-            return [UUID(row["id"]) for row in rows]
-
-        return await self._write(run)
+        return await self._write(lambda c: _admit(c, limit, now, aging_secs, event))
 
     async def complete(
-        self, items: Sequence[tuple[UUID, UUID, Any]], now: datetime, event: BulkEvent
+        self,
+        items: Sequence[tuple[UUID, UUID, Any]],
+        now: datetime,
+        event: BulkEvent,
+        wake_scheduler: bool = False,
     ) -> dict[UUID, tuple[int, str]]:
-        """Complete the rows whose lease holds, then record their events."""
+        """Complete the rows whose lease holds, then record their events (listeners see the
+        commit, so ``wake_scheduler`` needs nothing more here)."""
         if not items:
             return {}
         rows = _dump(
