@@ -74,13 +74,16 @@ class Scheduler:
         # up admission.
         periodic = asyncio.create_task(self._periodic_loop())
         settings = self.rt.settings.scheduler
-        throttle = not self.rt.store.push_notifications
+        push = self.rt.store.push_notifications
+        throttle = not push
         try:
             woken = False
             while True:
                 more = False
                 if await self._lead():
-                    more = await self._pass(admit_first=woken)
+                    # Without push notifications a wake-up is any commit, not news of pending
+                    # work: look (one read) before admitting.
+                    more = await self._pass(admit_first=woken and push)
                 if more:
                     woken = True  # admission was cut at its batch size: go on at once
                     continue

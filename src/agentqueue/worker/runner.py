@@ -25,7 +25,14 @@ from ..executors.base import AttemptControl, AttemptEnd, AttemptResult, Executor
 from ..scheduler.loop import Scheduler, wait_event
 from ..scheduler.steps import PERIODIC_STEPS
 from ..service.execution import Outcome, OutcomeKind
-from ..store.base import CHANNEL_PENDING, CHANNEL_QUEUED, CHANNEL_REVOKED, CHANNELS, Notice
+from ..store.base import (
+    CHANNEL_CHANGED,
+    CHANNEL_PENDING,
+    CHANNEL_QUEUED,
+    CHANNEL_REVOKED,
+    CHANNELS,
+    Notice,
+)
 
 if TYPE_CHECKING:
     from ..queue import AsyncQueue
@@ -104,6 +111,8 @@ class Worker:
         self._empty: set[str] = set()
         self._beat_now = asyncio.Event()
         self.scheduler: Scheduler | None = None
+        self._probe: asyncio.Task[None] | None = None
+        self._probe_again = False
         self._stopping = False
         self._grace: float = options.grace_secs
         self._stopped = asyncio.Event()
@@ -166,6 +175,8 @@ class Worker:
                 self._wake.clear()
             await self._drain()
         finally:
+            if self._probe is not None:
+                background.append(self._probe)
             for job in background:
                 job.cancel()
             await asyncio.gather(*background, *self._claiming, return_exceptions=True)
@@ -421,8 +432,24 @@ class Worker:
             return
         if notice.channel != CHANNEL_QUEUED:
             self._scheduler_wake()
-        if notice.channel != CHANNEL_PENDING:
+        if notice.channel == CHANNEL_CHANGED:
+            # Some commit, maybe only a lease renewal: claim only if one read finds work queued.
+            self._probe_again = True
+            if self._probe is None or self._probe.done():
+                self._probe = asyncio.create_task(self._probe_queued())
+        elif notice.channel != CHANNEL_PENDING:
             self._work_arrived()
+
+    async def _probe_queued(self) -> None:
+        # A commit seen while a read is under way may be after its snapshot: read again.
+        while self._probe_again:
+            self._probe_again = False
+            try:
+                hints = await self.queue.store.work_hints(self.queue.clock.now())
+            except AgentQueueError:
+                return
+            if hints.queued:
+                self._work_arrived()
 
     def _scheduler_wake(self) -> None:
         if self.scheduler is not None:

@@ -213,7 +213,8 @@ WITH picked AS (
         SELECT ctid, priority, eligible_at, seq FROM aq_tasks
         WHERE state = 'queued' AND priority = lv.priority
           AND (%(task_types)s::text[] IS NULL OR task_type = ANY(%(task_types)s::text[]))
-          AND NOT EXISTS (SELECT 1 FROM aq_paused p WHERE p.task_type = aq_tasks.task_type)
+          -- Evaluated once (an InitPlan), then a filter: the index scan keeps its order and LIMIT.
+          AND task_type <> ALL (ARRAY(SELECT task_type FROM aq_paused))
         ORDER BY eligible_at, seq
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
@@ -267,7 +268,8 @@ WITH picked AS (
           -- eligible_at is max(created, run_after) for pending tasks, so this is "run_after has
           -- passed", as a range on the index instead of a filter over it.
           AND eligible_at <= %(now)s
-          AND NOT EXISTS (SELECT 1 FROM aq_paused p WHERE p.task_type = aq_tasks.task_type)
+          -- Evaluated once (an InitPlan), then a filter: the index scan keeps its order and LIMIT.
+          AND task_type <> ALL (ARRAY(SELECT task_type FROM aq_paused))
         ORDER BY eligible_at, seq
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
@@ -439,7 +441,7 @@ CROSS JOIN LATERAL (
     WHERE q.state = 'pending' AND q.tenant = tenants.tenant AND q.priority = lv.priority
       AND q.eligible_at <= %(now)s
       AND NOT (q.task_type = ANY(%(skip_types)s::text[]))
-      AND NOT EXISTS (SELECT 1 FROM aq_paused p WHERE p.task_type = q.task_type)
+      AND q.task_type <> ALL (ARRAY(SELECT task_type FROM aq_paused))
     ORDER BY q.eligible_at, q.seq
     LIMIT %(per_tenant)s
 ) c

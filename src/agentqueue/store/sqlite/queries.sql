@@ -186,7 +186,7 @@ WHERE state = 'queued' AND seq IN (
         SELECT q.seq FROM aq_tasks AS q
         WHERE q.state = 'queued' AND q.priority = lv.column1
           AND (:task_types IS NULL OR q.task_type IN (SELECT value FROM json_each(:task_types)))
-          AND NOT EXISTS (SELECT 1 FROM aq_paused p WHERE p.task_type = q.task_type)
+          AND q.task_type NOT IN (SELECT task_type FROM aq_paused)  -- evaluated once
         ORDER BY q.eligible_at, q.seq
         LIMIT :limit)
     ORDER BY
@@ -217,7 +217,7 @@ WHERE state = 'pending' AND seq IN (
         SELECT q.seq FROM aq_tasks AS q
         WHERE q.state = 'pending' AND q.priority = lv.column1
           AND q.eligible_at <= :now  -- max(created, run_after): "run_after has passed"
-          AND NOT EXISTS (SELECT 1 FROM aq_paused p WHERE p.task_type = q.task_type)
+          AND q.task_type NOT IN (SELECT task_type FROM aq_paused)  -- evaluated once
         ORDER BY q.eligible_at, q.seq
         LIMIT :limit)
     ORDER BY
@@ -352,7 +352,7 @@ JOIN aq_tasks AS c ON c.seq IN (
     WHERE q.state = 'pending' AND q.tenant = tenants.tenant AND q.priority = lv.column1
       AND q.eligible_at <= :now
       AND q.task_type NOT IN (SELECT value FROM json_each(:skip_types))
-      AND NOT EXISTS (SELECT 1 FROM aq_paused p WHERE p.task_type = q.task_type)
+      AND q.task_type NOT IN (SELECT task_type FROM aq_paused)  -- evaluated once
     ORDER BY q.eligible_at, q.seq
     LIMIT :per_tenant)
 WHERE tenants.tenant IS NOT NULL
