@@ -217,6 +217,7 @@ async def admit_limited(rt: Runtime, limit: int) -> list[UUID]:
     policy = AdmissionPolicy.from_settings(rt.settings)
     now = rt.clock.now()
     event = bulk_event(Action.ADMIT, now, ADMITTER)
+    paused = sorted(await rt.paused_types())
     async with rt.store.transaction() as tx:
         await tx.lock_admission()
         if policy.only_global_cap:
@@ -226,7 +227,7 @@ async def admit_limited(rt: Runtime, limit: int) -> list[UUID]:
             if room == 0:
                 return []
             if not policy.fair_share or len(await tx.pending_tenants(2)) < 2:
-                return await tx.admit_next(room, now, policy.aging_secs, event)
+                return await tx.admit_next(room, now, policy.aging_secs, event, paused)
         load = Load.count(await tx.active_load(), policy)
         room = capacity(policy, load, limit)
         if room == 0:
@@ -234,9 +235,8 @@ async def admit_limited(rt: Runtime, limit: int) -> list[UUID]:
         names = policy.used_limits()
         stored = await tx.rate_buckets(names) if names else {}
         tokens = {name: policy.rates[name].refill(stored.get(name), now) for name in names}
-        skip = full_types(
-            policy, load, tokens, sorted({*policy.agent_by_type, *policy.type_limits})
-        )
+        configured = sorted({*policy.agent_by_type, *policy.type_limits})
+        skip = [*paused, *full_types(policy, load, tokens, configured)]
         per_tenant = min(limit, room + CANDIDATES_PER_TENANT)
         candidates = await tx.admission_candidates(now, per_tenant, skip)
         chosen = plan(candidates, load, tokens, policy, now, limit)

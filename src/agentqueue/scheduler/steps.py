@@ -1,4 +1,5 @@
-"""The steps the scheduler runs each tick, in order: take back lapsed leases (R6), move retries
+"""The steps the scheduler runs each tick, in order: take back lapsed leases (R6) and tool calls
+that timed out (R9), move retries
 whose backoff elapsed back to pending (R7), settle dependencies (R13), admit pending work to the
 queue (R4, R12). Each step with nothing to do costs one cheap read, shared by all (work_hints).
 """
@@ -15,6 +16,7 @@ from ..domain.states import Action, Request, bulk_event
 from ..service.records import ADMITTER, decide_and_apply
 from ..service.runtime import Runtime
 from ..service.schedules import fire_due_schedules
+from ..service.tools import time_out_tool_calls
 from .admission import admit_limited
 from .dependencies import advance_dependencies
 from .retention import purge_expired_dead_letters
@@ -61,7 +63,11 @@ async def admit(rt: Runtime, limit: int = 1000) -> list[UUID]:
     now = rt.clock.now()
     # The store tells workers (one notice for the batch) that work was queued.
     return await rt.store.admit(
-        limit, now, rt.settings.queue.aging_interval_secs, bulk_event(Action.ADMIT, now, ACTOR)
+        limit,
+        now,
+        rt.settings.queue.aging_interval_secs,
+        bulk_event(Action.ADMIT, now, ACTOR),
+        sorted(await rt.paused_types()),
     )
 
 
@@ -92,6 +98,8 @@ async def tick(rt: Runtime, *, admit_first: bool = False) -> TickReport:
         return TickReport(0, 0, len(admitted), True)
     hints = await rt.store.work_hints(rt.clock.now())
     reclaimed = await reclaim_lapsed(rt) if hints.lapsed else []
+    if hints.tool_timeouts:
+        reclaimed += await time_out_tool_calls(rt)
     retried = await promote_due_retries(rt) if hints.due else []
     deps = await advance_dependencies(rt) if hints.held else None
     released = deps.released if deps else 0

@@ -6,7 +6,7 @@ the lease no longer holds, so two executors never both finish one task.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -48,6 +48,8 @@ async def claim(
         settings.lease_ttl_secs,
         settings.deadline_grace_secs,
         bulk_event(Action.CLAIM, now, worker),
+        # Read at most once a second: a pause reaches every worker's claims within that.
+        sorted(await rt.paused_types()),
     )
 
 
@@ -82,6 +84,7 @@ class OutcomeKind(StrEnum):
     FAILED = "failed"
     RELEASED = "released"
     PREEMPTED = "preempted"
+    WAITING_TOOL = "waiting_tool"
 
 
 _ACTIONS = {
@@ -89,6 +92,7 @@ _ACTIONS = {
     OutcomeKind.FAILED: Action.FAIL,
     OutcomeKind.RELEASED: Action.RELEASE,
     OutcomeKind.PREEMPTED: Action.PREEMPT,
+    OutcomeKind.WAITING_TOOL: Action.WAIT_TOOL,
 }
 
 
@@ -106,6 +110,11 @@ class Outcome:
     claimed: Task | None = None
     """The task as the executor claimed it, if it has it: then the outcome is decided on it and
     written with a guard, without reading the row first (the row is read only if it moved on)."""
+    tool_call: Mapping[str, Any] | None = None
+    """WAITING_TOOL: the call (``id``, ``name``, ``args``, ``timeout_secs``)."""
+    checkpoint: Any = None
+    checkpointed: bool = False
+    """The attempt's latest progress, kept with the task (not with a completion)."""
 
 
 async def finish(
@@ -134,6 +143,9 @@ async def finish(
             retryable=o.retryable,
             backoff=policy,
             spread=rt.spread(),
+            tool_call=o.tool_call,
+            checkpoint=o.checkpoint,
+            checkpointed=o.checkpointed,
         )
 
     completing = [o for o in outcomes if o.kind is OutcomeKind.COMPLETED]

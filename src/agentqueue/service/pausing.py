@@ -1,5 +1,6 @@
 """Pausing a task type during an incident: nothing of that type is admitted or claimed until it
-is resumed. Tasks already executing run on; the pause is global, over every tenant."""
+is resumed. Tasks already executing run on; the pause is global, over every tenant. Other
+processes see a pause within a second (each reads the paused types at most once a second)."""
 
 from __future__ import annotations
 

@@ -106,7 +106,8 @@ CHANNEL_PENDING = "aq_pending"  # tasks became pending: the scheduler may admit 
 CHANNEL_QUEUED = "aq_queued"  # tasks became queued: workers may claim them
 CHANNEL_REVOKED = "aq_revoked"  # leases were revoked (cancel, takeback); payload: task ids
 CHANNEL_CHANGED = "aq_changed"  # something changed (stores without push notifications)
-CHANNELS = (CHANNEL_PENDING, CHANNEL_QUEUED, CHANNEL_REVOKED)
+CHANNEL_TOOLS = "aq_tools"  # tasks began waiting on tools: tool runners may take the calls
+CHANNELS = (CHANNEL_PENDING, CHANNEL_QUEUED, CHANNEL_REVOKED, CHANNEL_TOOLS)
 
 
 @dataclass(frozen=True)
@@ -119,6 +120,10 @@ class WorkHints:
     queued: bool
     held: bool = False
     """Tasks wait in blocked for their dependencies."""
+    tool_timeouts: bool = False
+    """A waiting_tool task's tool call has timed out."""
+    p0_queued: bool = False
+    """A P0 task is queued (a busy worker may preempt for it)."""
 
 
 @dataclass(frozen=True)
@@ -268,7 +273,12 @@ class Tx(Protocol):
         ...
 
     async def admit_next(
-        self, limit: int, now: datetime, aging_secs: float, event: BulkEvent
+        self,
+        limit: int,
+        now: datetime,
+        aging_secs: float,
+        event: BulkEvent,
+        paused: Sequence[str] = (),
     ) -> list[UUID]:
         """Store.admit (best ``limit`` admissible tasks, set-wise) inside this transaction."""
         ...
@@ -281,7 +291,7 @@ class Tx(Protocol):
         self, now: datetime, per_tenant: int, skip_types: Sequence[str] = ()
     ) -> list[Candidate]:
         """Up to ``per_tenant`` admissible pending tasks of each priority level of each tenant,
-        in claim order within each; paused task types and ``skip_types`` left out."""
+        in claim order within each; ``skip_types`` (paused or full) left out."""
         ...
 
     async def rate_buckets(self, names: Sequence[str]) -> dict[str, Bucket]:
@@ -294,6 +304,22 @@ class Tx(Protocol):
 
     async def admit_ids(self, ids: Sequence[UUID], now: datetime, event: BulkEvent) -> list[UUID]:
         """ADMIT the tasks among ``ids`` still pending and due; return the ids admitted."""
+        ...
+
+    # Waiting on tools (R9).
+
+    async def lock_tool_timeouts(self, now: datetime, limit: int) -> list[Task]:
+        """waiting_tool tasks whose awaited call's deadline has passed."""
+        ...
+
+    async def lock_tool_work(self, names: Sequence[str], now: datetime, limit: int) -> list[Task]:
+        """waiting_tool tasks with a call of one of these tools that is waiting, or whose
+        runner's lease on it (``lease_until_ts``, epoch seconds) has passed."""
+        ...
+
+    async def set_tool_calls(self, task: Task, tool_calls: Sequence[Any]) -> bool:
+        """Replace the tool calls of ``task`` (still waiting_tool at its audit position): a
+        runner's lease on a call, not a change of state."""
         ...
 
     # Dependencies (R13).
@@ -381,17 +407,24 @@ class Store(Protocol):
         ttl_secs: float,
         grace_secs: float,
         event: BulkEvent,
+        paused: Sequence[str] = (),
     ) -> list[Task]:
-        """CLAIM up to ``limit`` queued tasks in claim order (R4) for ``event.actor``, skipping
-        ones other claimers hold; each gets a fresh lock_token. Returns them as claimed, in
-        that order."""
+        """CLAIM up to ``limit`` queued tasks (none of a ``paused`` type) in claim order (R4)
+        for ``event.actor``, skipping ones other claimers hold; each gets a fresh lock_token.
+        Returns them as claimed, in that order."""
         ...
 
     async def admit(
-        self, limit: int, now: datetime, aging_secs: float, event: BulkEvent
+        self,
+        limit: int,
+        now: datetime,
+        aging_secs: float,
+        event: BulkEvent,
+        paused: Sequence[str] = (),
     ) -> list[UUID]:
-        """ADMIT up to ``limit`` pending tasks that may run now, best first; return their ids in
-        that order. Listeners hear CHANNEL_QUEUED once for the batch."""
+        """ADMIT up to ``limit`` pending tasks that may run now (none of a ``paused`` type),
+        best first; return their ids in that order. Listeners hear CHANNEL_QUEUED once for the
+        batch."""
         ...
 
     async def complete(
@@ -461,6 +494,10 @@ class Store(Protocol):
 
     def audit_snapshot(self) -> AbstractAsyncContextManager[AuditSnapshot]:
         """Every task head and every event, read from one consistent snapshot."""
+        ...
+
+    async def save_checkpoint(self, task_id: UUID, lock_token: UUID, checkpoint: Any) -> bool:
+        """Keep ``checkpoint`` with an executing task if the lease still holds."""
         ...
 
     # Leadership (R21) and pausing.

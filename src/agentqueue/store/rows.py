@@ -60,13 +60,13 @@ MUTABLE_FIELDS = (
     "state", "state_reason", "priority", "retry_count", "lock_token", "locked_at",
     "heartbeat_at", "lease_expires_at", "assignee", "assigned_to", "checkpoint", "tool_calls",
     "result", "error", "approved_by", "run_after", "eligible_at", "started_at", "finished_at",
-    "updated_at", "event_seq", "last_hash", "hold",
+    "updated_at", "event_seq", "last_hash", "hold", "tool_deadline_at",
 )  # fmt: skip
 """Columns a change may set; everything else is fixed at submit."""
 
 _TIME_FIELDS = frozenset(
     {"locked_at", "heartbeat_at", "lease_expires_at", "run_after", "eligible_at", "started_at",
-     "finished_at", "updated_at", "created_at"}
+     "finished_at", "updated_at", "created_at", "tool_deadline_at"}
 )  # fmt: skip
 _JSON_FIELDS = frozenset({"payload", "checkpoint", "result"})
 
@@ -164,7 +164,7 @@ def log_from_row(row: Row, codec: Codec) -> LogRecord:
 
 _ROW_TIMES = (
     "locked_at", "heartbeat_at", "lease_expires_at", "run_after", "eligible_at", "created_at",
-    "updated_at", "started_at", "finished_at",
+    "updated_at", "started_at", "finished_at", "tool_deadline_at",
 )  # fmt: skip
 
 

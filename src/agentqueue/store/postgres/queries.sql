@@ -26,7 +26,7 @@ WITH ins AS (
         state_reason, ord)
     ORDER BY r.ord
     ON CONFLICT DO NOTHING
-    RETURNING id, seq, state
+    RETURNING id, seq, state, priority
 ), ev AS (
     INSERT INTO aq_events (task_id, seq, tenant, at, from_state, to_state, action, actor,
         reason, data, hash)
@@ -39,9 +39,11 @@ WITH ins AS (
 ), notified AS (
     -- One NOTIFY per channel for the batch, sent when the statement commits: pending work is
     -- for the scheduler to admit, queued work (admitted as it was submitted) for workers.
-    SELECT pg_notify(channel, '')
-    FROM (SELECT DISTINCT CASE WHEN state = 'queued' THEN 'aq_queued' ELSE 'aq_pending' END
-          FROM ins) AS c(channel)
+    -- A queued P0 task says so ('p0'): a worker with every slot busy may preempt for it.
+    SELECT pg_notify(channel, CASE WHEN urgent THEN 'p0' ELSE '' END)
+    FROM (SELECT CASE WHEN state = 'queued' THEN 'aq_queued' ELSE 'aq_pending' END,
+                 bool_or(state = 'queued' AND priority = 0)
+          FROM ins GROUP BY 1) AS c(channel, urgent)
 )
 -- Selecting the count keeps the planner from dropping the notices as an unused join.
 SELECT id, seq, n.sent FROM ins CROSS JOIN (SELECT count(*) AS sent FROM notified) AS n
@@ -73,6 +75,7 @@ WITH v AS (
         started_at = CASE WHEN v.d ? 'started_at' THEN (v.d ->> 'started_at')::timestamptz ELSE t.started_at END,
         finished_at = CASE WHEN v.d ? 'finished_at' THEN (v.d ->> 'finished_at')::timestamptz ELSE t.finished_at END,
         hold = CASE WHEN v.d ? 'hold' THEN v.d ->> 'hold' ELSE t.hold END,
+        tool_deadline_at = CASE WHEN v.d ? 'tool_deadline_at' THEN (v.d ->> 'tool_deadline_at')::timestamptz ELSE t.tool_deadline_at END,
         updated_at = (v.d ->> 'updated_at')::timestamptz,
         event_seq = (v.d ->> 'event_seq')::integer,
         last_hash = v.d ->> 'last_hash'
@@ -213,8 +216,9 @@ WITH picked AS (
         SELECT ctid, priority, eligible_at, seq FROM aq_tasks
         WHERE state = 'queued' AND priority = lv.priority
           AND (%(task_types)s::text[] IS NULL OR task_type = ANY(%(task_types)s::text[]))
-          -- Evaluated once (an InitPlan), then a filter: the index scan keeps its order and LIMIT.
-          AND task_type <> ALL (ARRAY(SELECT task_type FROM aq_paused))
+          -- Paused task types come as a parameter: a constant the planner can estimate, so the
+          -- scan stays on the partial index, in order, with its LIMIT, statistics or not.
+          AND NOT (task_type = ANY(%(paused)s::text[]))
         ORDER BY eligible_at, seq
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
@@ -268,8 +272,9 @@ WITH picked AS (
           -- eligible_at is max(created, run_after) for pending tasks, so this is "run_after has
           -- passed", as a range on the index instead of a filter over it.
           AND eligible_at <= %(now)s
-          -- Evaluated once (an InitPlan), then a filter: the index scan keeps its order and LIMIT.
-          AND task_type <> ALL (ARRAY(SELECT task_type FROM aq_paused))
+          -- Paused task types come as a parameter: a constant the planner can estimate, so the
+          -- scan stays on the partial index, in order, with its LIMIT, statistics or not.
+          AND NOT (task_type = ANY(%(paused)s::text[]))
         ORDER BY eligible_at, seq
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
@@ -297,8 +302,9 @@ WITH picked AS (
         %(data)s::json, u.last_hash
     FROM upd u
 ), notified AS (
-    -- One NOTIFY for the whole batch, sent when the statement commits.
-    SELECT pg_notify('aq_queued', '') FROM (SELECT 1 FROM upd LIMIT 1) AS any_row
+    -- One NOTIFY for the whole batch, sent when the statement commits ('p0' if it has one).
+    SELECT pg_notify('aq_queued', CASE WHEN bool_or(priority = 0) THEN 'p0' ELSE '' END)
+    FROM upd HAVING count(*) > 0
 )
 -- Selecting the count keeps the planner from dropping the notice as an unused join.
 SELECT id, n.sent FROM upd CROSS JOIN (SELECT count(*) AS sent FROM notified) AS n
@@ -359,7 +365,10 @@ SELECT
     EXISTS (SELECT 1 FROM aq_tasks
             WHERE state = 'pending' AND eligible_at <= %(now)s) AS admissible,
     EXISTS (SELECT 1 FROM aq_tasks WHERE state = 'queued') AS queued,
-    EXISTS (SELECT 1 FROM aq_tasks WHERE state = 'blocked' AND hold = 'dependencies') AS held
+    EXISTS (SELECT 1 FROM aq_tasks WHERE state = 'blocked' AND hold = 'dependencies') AS held,
+    EXISTS (SELECT 1 FROM aq_tasks
+            WHERE state = 'waiting_tool' AND tool_deadline_at <= %(now)s) AS tool_timeouts,
+    EXISTS (SELECT 1 FROM aq_tasks WHERE state = 'queued' AND priority = 0) AS p0_queued
 
 -- Scheduler (R4, R12, R13, R21) ----------------------------------------------------------------
 
@@ -441,7 +450,6 @@ CROSS JOIN LATERAL (
     WHERE q.state = 'pending' AND q.tenant = tenants.tenant AND q.priority = lv.priority
       AND q.eligible_at <= %(now)s
       AND NOT (q.task_type = ANY(%(skip_types)s::text[]))
-      AND q.task_type <> ALL (ARRAY(SELECT task_type FROM aq_paused))
     ORDER BY q.eligible_at, q.seq
     LIMIT %(per_tenant)s
 ) c
@@ -468,7 +476,7 @@ WITH upd AS (
         event_seq = t.event_seq + 1,
         last_hash = aq_event_hash(t.last_hash, t.id, t.tenant, t.event_seq + 1, %(tail)s)
     WHERE t.id = ANY(%(ids)s::uuid[]) AND t.state = 'pending' AND t.eligible_at <= %(now)s
-    RETURNING t.id, t.tenant, t.event_seq, t.last_hash
+    RETURNING t.id, t.tenant, t.event_seq, t.last_hash, t.priority
 ), ev AS (
     INSERT INTO aq_events (task_id, seq, tenant, at, from_state, to_state, action, actor,
         reason, data, hash)
@@ -476,8 +484,9 @@ WITH upd AS (
         %(data)s::json, u.last_hash
     FROM upd u
 ), notified AS (
-    -- Workers hear of it when the transaction commits.
-    SELECT pg_notify('aq_queued', '') FROM (SELECT 1 FROM upd LIMIT 1) AS any_row
+    -- Workers hear of it when the transaction commits ('p0' if it has one).
+    SELECT pg_notify('aq_queued', CASE WHEN bool_or(priority = 0) THEN 'p0' ELSE '' END)
+    FROM upd HAVING count(*) > 0
 )
 SELECT id, n.sent FROM upd CROSS JOIN (SELECT count(*) AS sent FROM notified) AS n
 
@@ -600,3 +609,38 @@ UPDATE aq_schedules SET
                          ELSE %(now)s END,
     updated_at = %(now)s
 WHERE tenant = %(tenant)s AND name = %(name)s AND next_at = %(expected)s
+
+-- Waiting on tools (R9) --------------------------------------------------------------------
+
+-- name: save_checkpoint
+-- Fenced like every executor write: only while the lease holds. Progress, not a change of state:
+-- no event (the checkpoint is recorded with the next change).
+UPDATE aq_tasks SET checkpoint = %(checkpoint)s::jsonb
+WHERE id = %(id)s AND state = 'executing' AND lock_token = %(token)s
+RETURNING id
+
+-- name: lock_tool_timeouts
+SELECT * FROM aq_tasks
+WHERE state = 'waiting_tool' AND tool_deadline_at <= %(now)s
+ORDER BY tool_deadline_at
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED
+
+-- name: lock_tool_work
+-- Waiting tasks with a call one of these tools can take: waiting, or taken by a runner whose
+-- lease on it ran out.
+SELECT * FROM aq_tasks t
+WHERE t.state = 'waiting_tool'
+  AND EXISTS (
+    SELECT 1 FROM jsonb_array_elements(t.tool_calls) AS c
+    WHERE c ->> 'name' = ANY(%(names)s::text[])
+      AND (c ->> 'state' = 'waiting'
+           OR (c ->> 'state' = 'running' AND (c ->> 'lease_until_ts')::float8 <= %(now_ts)s)))
+ORDER BY t.updated_at
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED
+
+-- name: set_tool_calls
+UPDATE aq_tasks SET tool_calls = %(tool_calls)s::jsonb
+WHERE id = %(id)s AND state = 'waiting_tool' AND event_seq = %(expected_seq)s
+RETURNING id

@@ -76,6 +76,9 @@ def task_from_row(row: dict[str, Any]) -> Task:
     return _task_from_row(row, CODEC)
 
 
+WORK_HINTS = ("lapsed", "due", "admissible", "queued", "held", "tool_timeouts", "p0_queued")
+
+
 class PostgresTx:
     """One transaction on one pooled connection."""
 
@@ -181,10 +184,16 @@ class PostgresTx:
         return [r["tenant"] for r in await cur.fetchall()]
 
     async def admit_next(
-        self, limit: int, now: datetime, aging_secs: float, event: BulkEvent
+        self,
+        limit: int,
+        now: datetime,
+        aging_secs: float,
+        event: BulkEvent,
+        paused: Sequence[str] = (),
     ) -> list[UUID]:
         """The store's ADMIT statement, inside this transaction (its notice goes at commit)."""
         params = {
+            "paused": list(paused),
             "limit": limit,
             "now": now,
             "aging_secs": aging_secs,
@@ -194,6 +203,25 @@ class PostgresTx:
         }
         cur = await self._conn.execute(Q["admit"], params, prepare=True)
         return [row["id"] for row in await cur.fetchall()]
+
+    async def lock_tool_timeouts(self, now: datetime, limit: int) -> list[Task]:
+        """Waiting tasks past their tool deadline."""
+        return await self._tasks("lock_tool_timeouts", {"now": now, "limit": limit})
+
+    async def lock_tool_work(self, names: Sequence[str], now: datetime, limit: int) -> list[Task]:
+        """Waiting tasks with a call these tools can take."""
+        params = {"names": list(names), "now_ts": now.timestamp(), "limit": limit}
+        return await self._tasks("lock_tool_work", params)
+
+    async def set_tool_calls(self, task: Task, tool_calls: Sequence[Any]) -> bool:
+        """Guarded by state and audit position."""
+        params = {
+            "id": task.id,
+            "expected_seq": task.event_seq,
+            "tool_calls": _doc(list(tool_calls)),
+        }
+        cur = await self._conn.execute(Q["set_tool_calls"], params)
+        return await cur.fetchone() is not None
 
     async def lock_dependents_ready(self, limit: int) -> list[Task]:
         """Held tasks whose dependencies settled."""
@@ -367,9 +395,11 @@ class PostgresStore:
         ttl_secs: float,
         grace_secs: float,
         event: BulkEvent,
+        paused: Sequence[str] = (),
     ) -> list[Task]:
         """One statement, autocommitted: pick, lock, update, record events, return the rows."""
         params = {
+            "paused": list(paused),
             "limit": limit,
             "task_types": list(task_types) if task_types is not None else None,
             "now": now,
@@ -383,20 +413,16 @@ class PostgresStore:
         return await self._tasks("claim", params)
 
     async def admit(
-        self, limit: int, now: datetime, aging_secs: float, event: BulkEvent
+        self,
+        limit: int,
+        now: datetime,
+        aging_secs: float,
+        event: BulkEvent,
+        paused: Sequence[str] = (),
     ) -> list[UUID]:
         """One statement, autocommitted: pick, lock, update, record events, notify."""
-        params = {
-            "limit": limit,
-            "now": now,
-            "aging_secs": aging_secs,
-            "actor": event.actor,
-            "tail": event.tail,
-            "data": event.data_text,
-        }
         async with self._pool.connection() as conn:
-            cur = await conn.execute(Q["admit"], params, prepare=True)
-            return [row["id"] for row in await cur.fetchall()]
+            return await PostgresTx(conn).admit_next(limit, now, aging_secs, event, paused)
 
     async def complete(
         self,
@@ -479,7 +505,7 @@ class PostgresStore:
             cur = await conn.execute(Q["work_hints"], {"now": now}, prepare=True)
             row = await cur.fetchone()
         assert row is not None
-        return WorkHints(row["lapsed"], row["due"], row["admissible"], row["queued"], row["held"])
+        return WorkHints(*(bool(row[k]) for k in WORK_HINTS))
 
     async def logs(self, task_id: UUID, tenant: str | None = None) -> list[LogRecord]:
         """Captured output of one task."""
@@ -557,6 +583,11 @@ class PostgresStore:
         async with self._pool.connection() as conn:
             cur = await conn.execute(Q[query], params)
             return await cur.fetchone()
+
+    async def save_checkpoint(self, task_id: UUID, lock_token: UUID, checkpoint: Any) -> bool:
+        """One fenced update."""
+        params = {"id": task_id, "token": lock_token, "checkpoint": _doc(checkpoint)}
+        return await self._one("save_checkpoint", params) is not None
 
     async def lead(self, name: str, holder: str, now: datetime, ttl_secs: float) -> int | None:
         """One upsert that holds only for the holder or over an expired lease."""

@@ -56,6 +56,7 @@ UPDATE aq_tasks SET
     started_at = CASE WHEN json_type(r.value, '$.started_at') IS NULL THEN started_at ELSE r.value ->> 'started_at' END,
     finished_at = CASE WHEN json_type(r.value, '$.finished_at') IS NULL THEN finished_at ELSE r.value ->> 'finished_at' END,
     hold = CASE WHEN json_type(r.value, '$.hold') IS NULL THEN hold ELSE r.value ->> 'hold' END,
+    tool_deadline_at = CASE WHEN json_type(r.value, '$.tool_deadline_at') IS NULL THEN tool_deadline_at ELSE r.value ->> 'tool_deadline_at' END,
     updated_at = r.value ->> 'updated_at',
     event_seq = r.value ->> 'event_seq',
     last_hash = r.value ->> 'last_hash'
@@ -186,7 +187,7 @@ WHERE state = 'queued' AND seq IN (
         SELECT q.seq FROM aq_tasks AS q
         WHERE q.state = 'queued' AND q.priority = lv.column1
           AND (:task_types IS NULL OR q.task_type IN (SELECT value FROM json_each(:task_types)))
-          AND q.task_type NOT IN (SELECT task_type FROM aq_paused)  -- evaluated once
+          AND q.task_type NOT IN (SELECT value FROM json_each(:paused))
         ORDER BY q.eligible_at, q.seq
         LIMIT :limit)
     ORDER BY
@@ -217,7 +218,7 @@ WHERE state = 'pending' AND seq IN (
         SELECT q.seq FROM aq_tasks AS q
         WHERE q.state = 'pending' AND q.priority = lv.column1
           AND q.eligible_at <= :now  -- max(created, run_after): "run_after has passed"
-          AND q.task_type NOT IN (SELECT task_type FROM aq_paused)  -- evaluated once
+          AND q.task_type NOT IN (SELECT value FROM json_each(:paused))
         ORDER BY q.eligible_at, q.seq
         LIMIT :limit)
     ORDER BY
@@ -274,7 +275,10 @@ SELECT
     EXISTS (SELECT 1 FROM aq_tasks
             WHERE state = 'pending' AND eligible_at <= :now) AS admissible,
     EXISTS (SELECT 1 FROM aq_tasks WHERE state = 'queued') AS queued,
-    EXISTS (SELECT 1 FROM aq_tasks WHERE state = 'blocked' AND hold = 'dependencies') AS held
+    EXISTS (SELECT 1 FROM aq_tasks WHERE state = 'blocked' AND hold = 'dependencies') AS held,
+    EXISTS (SELECT 1 FROM aq_tasks
+            WHERE state = 'waiting_tool' AND tool_deadline_at <= :now) AS tool_timeouts,
+    EXISTS (SELECT 1 FROM aq_tasks WHERE state = 'queued' AND priority = 0) AS p0_queued
 
 -- Scheduler (R4, R12, R13, R21) ----------------------------------------------------------------
 
@@ -352,7 +356,6 @@ JOIN aq_tasks AS c ON c.seq IN (
     WHERE q.state = 'pending' AND q.tenant = tenants.tenant AND q.priority = lv.column1
       AND q.eligible_at <= :now
       AND q.task_type NOT IN (SELECT value FROM json_each(:skip_types))
-      AND q.task_type NOT IN (SELECT task_type FROM aq_paused)  -- evaluated once
     ORDER BY q.eligible_at, q.seq
     LIMIT :per_tenant)
 WHERE tenants.tenant IS NOT NULL
@@ -480,3 +483,36 @@ UPDATE aq_schedules SET
     last_fired_at = CASE WHEN :last_slot_at IS NULL THEN last_fired_at ELSE :now END,
     updated_at = :now
 WHERE tenant = :tenant AND name = :name AND next_at = :expected
+
+-- Waiting on tools (R9) --------------------------------------------------------------------
+
+-- name: save_checkpoint
+-- Fenced like every executor write: only while the lease holds. Progress, not a change of state:
+-- no event (the checkpoint is recorded with the next change).
+UPDATE aq_tasks SET checkpoint = :checkpoint
+WHERE id = :id AND +state = 'executing' AND lock_token = :token
+RETURNING id
+
+-- name: lock_tool_timeouts
+SELECT * FROM aq_tasks
+WHERE state = 'waiting_tool' AND tool_deadline_at <= :now
+ORDER BY tool_deadline_at
+LIMIT :limit
+
+-- name: lock_tool_work
+-- Waiting tasks with a call one of these tools can take: waiting, or taken by a runner whose
+-- lease on it ran out.
+SELECT * FROM aq_tasks t
+WHERE t.state = 'waiting_tool'
+  AND EXISTS (
+    SELECT 1 FROM json_each(t.tool_calls) AS c
+    WHERE c.value ->> 'name' IN (SELECT value FROM json_each(:names))
+      AND (c.value ->> 'state' = 'waiting'
+           OR (c.value ->> 'state' = 'running' AND c.value ->> 'lease_until_ts' <= :now_ts)))
+ORDER BY t.updated_at
+LIMIT :limit
+
+-- name: set_tool_calls
+UPDATE aq_tasks SET tool_calls = :tool_calls
+WHERE id = :id AND +state = 'waiting_tool' AND event_seq = :expected_seq
+RETURNING id

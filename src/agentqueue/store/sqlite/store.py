@@ -188,10 +188,16 @@ def _tasks(conn: sqlite3.Connection, query: str, params: dict[str, Any]) -> list
 
 
 def _admit(
-    c: sqlite3.Connection, limit: int, now: datetime, aging_secs: float, event: BulkEvent
+    c: sqlite3.Connection,
+    limit: int,
+    now: datetime,
+    aging_secs: float,
+    event: BulkEvent,
+    paused: Sequence[str] = (),
 ) -> list[UUID]:
     """ADMIT the best ``limit`` admissible tasks and record their events; ids in that order."""
     params = {
+        "paused": _dump(list(paused)),
         "limit": limit,
         "now": to_micros(now),
         "aging_us": max(1, int(aging_secs * 1_000_000)),
@@ -355,10 +361,35 @@ class SQLiteTx:
         )
 
     async def admit_next(
-        self, limit: int, now: datetime, aging_secs: float, event: BulkEvent
+        self,
+        limit: int,
+        now: datetime,
+        aging_secs: float,
+        event: BulkEvent,
+        paused: Sequence[str] = (),
     ) -> list[UUID]:
         """The store's ADMIT, inside this transaction."""
-        return await self._conn.run(lambda c: _admit(c, limit, now, aging_secs, event))
+        return await self._conn.run(lambda c: _admit(c, limit, now, aging_secs, event, paused))
+
+    async def lock_tool_timeouts(self, now: datetime, limit: int) -> list[Task]:
+        """Waiting tasks past their tool deadline."""
+        params = {"now": to_micros(now), "limit": limit}
+        return await self._conn.run(lambda c: _tasks(c, "lock_tool_timeouts", params))
+
+    async def lock_tool_work(self, names: Sequence[str], now: datetime, limit: int) -> list[Task]:
+        """Waiting tasks with a call these tools can take."""
+        params = {"names": _dump(list(names)), "now_ts": now.timestamp(), "limit": limit}
+        return await self._conn.run(lambda c: _tasks(c, "lock_tool_work", params))
+
+    async def set_tool_calls(self, task: Task, tool_calls: Sequence[Any]) -> bool:
+        """Guarded by state and audit position."""
+        params = {
+            "id": str(task.id),
+            "expected_seq": task.event_seq,
+            "tool_calls": _dump(list(tool_calls)),
+        }
+        row = await self._conn.run(lambda c: c.execute(Q["set_tool_calls"], params).fetchone())
+        return row is not None
 
     async def lock_dependents_ready(self, limit: int) -> list[Task]:
         """Held tasks whose dependencies settled."""
@@ -453,6 +484,8 @@ class SQLiteStore:
         self._writer = _Conn(self.path, busy_timeout_ms, synchronous)
         self._reader = _Conn(self.path, busy_timeout_ms, synchronous)
         self._write_lock = asyncio.Lock()
+        self._own_commits = 0
+        """Commits of this store's own writer (its listeners see them like any other)."""
 
     async def open(self, *, migrate: bool = True) -> None:
         """Create the file if needed and migrate."""
@@ -534,6 +567,7 @@ class SQLiteStore:
                 await self._end("ROLLBACK")
                 raise
             await self._end("COMMIT")
+            self._own_commits += 1
 
     async def _end(self, statement: str) -> None:
         job = asyncio.ensure_future(self._writer.run(lambda c: c.execute(statement)))
@@ -589,10 +623,12 @@ class SQLiteStore:
         ttl_secs: float,
         grace_secs: float,
         event: BulkEvent,
+        paused: Sequence[str] = (),
     ) -> list[Task]:
         """Update the picked rows, then record their events from the rows as written."""
         worker = event.actor
         params = {
+            "paused": _dump(list(paused)),
             "limit": limit,
             "task_types": _dump(list(task_types)) if task_types is not None else None,
             "now": to_micros(now),
@@ -617,10 +653,15 @@ class SQLiteStore:
         return await self._write(run)
 
     async def admit(
-        self, limit: int, now: datetime, aging_secs: float, event: BulkEvent
+        self,
+        limit: int,
+        now: datetime,
+        aging_secs: float,
+        event: BulkEvent,
+        paused: Sequence[str] = (),
     ) -> list[UUID]:
         """Update the picked rows, then record their events."""
-        return await self._write(lambda c: _admit(c, limit, now, aging_secs, event))
+        return await self._write(lambda c: _admit(c, limit, now, aging_secs, event, paused))
 
     async def complete(
         self,
@@ -706,7 +747,7 @@ class SQLiteStore:
 
         def run(c: sqlite3.Connection) -> WorkHints:
             row = c.execute(Q["work_hints"], params).fetchone()
-            return WorkHints(*(bool(v) for v in row))  # lapsed, due, admissible, queued, held
+            return WorkHints(*(bool(v) for v in row))  # in the order of the query's columns
 
         return await self._reader.run(run)
 
@@ -739,6 +780,7 @@ class SQLiteStore:
 
         async def notices() -> AsyncIterator[Notice]:
             last = version()
+            own = self._own_commits
             loop = asyncio.get_running_loop()
             changed_at = loop.time()
             while True:
@@ -749,8 +791,14 @@ class SQLiteStore:
                 current = version()
                 if current != last:
                     last = current
-                    changed_at = loop.time()
+                    # Every change is announced; only one this process did not make itself (a
+                    # lease renewal, say) switches to fast looking, so an idle worker stays idle.
+                    if self._own_commits == own:
+                        changed_at = loop.time()
+                    own = self._own_commits
                     yield Notice(CHANNEL_CHANGED)
+                else:
+                    own = self._own_commits
 
         try:
             yield notices()
@@ -797,6 +845,12 @@ class SQLiteStore:
     # --- test and maintenance helpers ---------------------------------------------------------
 
     # --- leadership and pausing --------------------------------------------------------------
+
+    async def save_checkpoint(self, task_id: UUID, lock_token: UUID, checkpoint: Any) -> bool:
+        """One fenced update."""
+        params = {"id": str(task_id), "token": str(lock_token), "checkpoint": _dump(checkpoint)}
+        row = await self._write(lambda c: c.execute(Q["save_checkpoint"], params).fetchone())
+        return row is not None
 
     async def lead(self, name: str, holder: str, now: datetime, ttl_secs: float) -> int | None:
         """One upsert that holds only for the holder or over an expired lease."""
