@@ -12,6 +12,7 @@ Run as ``python agent.py ACTION [ARG] ACTION [ARG] ...``; actions run in order:
   kill-parent         SIGKILL its parent (the sandbox launcher)
   ignore NAME         ignore the signal NAME (e.g. SIGTERM, SIGXCPU)
   on-term FILE        on SIGTERM, write "term" to FILE and exit 0
+  on-usr1 TEXT        on SIGUSR1, write TEXT and a newline to stdout and exit 0
   pid FILE            append "agent PID" and "launcher PPID" lines to FILE
   grandchild FILE     fork a child that ignores SIGTERM, appends "grandchild PID" to FILE, sleeps
   escape FILE         double-fork a process in a new session, append "escaped PID" to FILE
@@ -28,6 +29,8 @@ Run as ``python agent.py ACTION [ARG] ACTION [ARG] ...``; actions run in order:
   env                 print the environment as one JSON line
   ids                 print its pid, parent pid, process group and session as one JSON line
   task                print stdin, task.json and the working directory as one JSON line
+  resume              print the checkpoint and tool results files (named by AGENTQUEUE_CHECKPOINT
+                      and AGENTQUEUE_TOOL_RESULTS) and their paths as one JSON line
 """
 
 from __future__ import annotations
@@ -97,7 +100,7 @@ def _burn(secs: float) -> None:
         pass
 
 
-_NO_ARGUMENT = {"kill-parent": 0, "env": 0, "task": 0, "ids": 0}
+_NO_ARGUMENT = {"kill-parent": 0, "env": 0, "task": 0, "ids": 0, "resume": 0}
 
 
 def main(args: list[str]) -> None:
@@ -137,6 +140,13 @@ def main(args: list[str]) -> None:
                 os._exit(0)
 
             signal.signal(signal.SIGTERM, on_term)
+        elif action == "on-usr1":
+
+            def on_usr1(signum: int, frame: object, text: str = arg) -> None:
+                os.write(1, (text + "\n").encode())
+                os._exit(0)
+
+            signal.signal(signal.SIGUSR1, on_usr1)
         elif action == "pid":
             _append(arg, f"agent {os.getpid()}\nlauncher {os.getppid()}")
         elif action == "grandchild":
@@ -178,6 +188,12 @@ def main(args: list[str]) -> None:
                 from_file = json.load(f)
             seen = {"stdin": json.loads(stdin), "file": from_file, "cwd": os.getcwd()}
             print(json.dumps(seen), flush=True)
+        elif action == "resume":
+            files = {}
+            for name in ("AGENTQUEUE_CHECKPOINT", "AGENTQUEUE_TOOL_RESULTS"):
+                with open(os.environ[name]) as f:
+                    files[name] = {"path": os.environ[name], "content": json.load(f)}
+            print(json.dumps(files), flush=True)
         else:
             sys.exit(f"agent.py: unknown action {action!r}")
 

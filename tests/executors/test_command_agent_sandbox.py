@@ -121,6 +121,8 @@ async def test_environment_is_scrubbed_to_the_documented_variables(
         "AGENTQUEUE_ATTEMPT": "2",
         "AGENTQUEUE_TASK_FILE": f"{workdir}/task.json",
         "AGENTQUEUE_RESULT_FILE": f"{workdir}/result.json",
+        "AGENTQUEUE_CHECKPOINT": f"{workdir}/checkpoint.json",
+        "AGENTQUEUE_TOOL_RESULTS": f"{workdir}/tool_results.json",
         "AGENTQUEUE_WORKDIR": workdir,
         "ALLOWED_TOKEN": "visible",
     }

@@ -3,31 +3,47 @@
 Each attempt gets a fresh working directory, a scrubbed environment, resource limits and its own
 process group, owned by the launcher in :mod:`agentqueue.executors.sandbox` (which also kills the
 group if the worker dies). The task arrives as JSON on stdin and in ``task.json``; the result is
-``result.json`` in the working directory, else the last non-blank line of stdout as JSON. The exit
-code decides the outcome. Timeouts (R6) and cancels (R10) stop the whole process tree: SIGTERM to
-the group, a grace period, then the launcher kills every descendant (SIGKILL to the group if it
-cannot). When the agent exits by itself, whatever it left running is killed too.
+``result.json`` in the working directory, else the last non-blank line of stdout (protocol lines
+aside) as JSON. The exit code decides the outcome. Timeouts (R6) and cancels (R10) stop the whole
+process tree: SIGTERM to the group, a grace period, then the launcher kills every descendant
+(SIGKILL to the group if it cannot). When the agent exits by itself, whatever it left running is
+killed too.
+
+Resumable work (R9, R11): the agent finds its task's last checkpoint in ``checkpoint.json`` and the
+tool calls made so far, with their results, in ``tool_results.json``. A stdout line that is a JSON
+object with the single key ``checkpoint`` saves progress at once; one with the single key
+``tool_call`` asks for a tool, and the agent then exits with a success code: the task waits for the
+tool without holding a slot and a later attempt resumes. When the worker asks an attempt to yield
+its slot, the agent gets SIGUSR1 and ``yield_grace_secs`` to print a checkpoint and exit; the
+attempt then ends preempted, however the agent exits. Every outcome carries the latest checkpoint.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import errno
 import json
+import logging
 import os
+import re
 import shutil
 import signal
 import stat
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 from ..config import AgentSettings
 from ..domain.models import Task
-from .base import AttemptControl, AttemptEnd, AttemptResult, LogChunk
+from .base import AttemptControl, AttemptEnd, AttemptResult, LogChunk, ToolCallRequest
 from .capture import AgentProcess, LastLine
+
+log = logging.getLogger("agentqueue.worker")
 
 SANDBOX = Path(__file__).with_name("sandbox.py")
 """The launcher script, run with ``python -I -S`` so it starts fast and imports nothing of ours."""
@@ -35,8 +51,23 @@ SANDBOX = Path(__file__).with_name("sandbox.py")
 MAX_RESULT_BYTES = 1024 * 1024
 """The largest result (its JSON text) an agent may return."""
 
+MAX_CHECKPOINT_BYTES = 1024 * 1024
+"""The longest checkpoint line an agent may print."""
+
+MAX_TOOL_TIMEOUT_SECS = 7 * 86_400
+"""The longest timeout an agent may ask for a tool call."""
+
 RESULT_FILE = "result.json"
 TASK_FILE = "task.json"
+CHECKPOINT_FILE = "checkpoint.json"
+TOOL_RESULTS_FILE = "tool_results.json"
+
+YIELD_SIGNAL = signal.SIGUSR1
+"""Sent to the agent when the worker wants its slot back: checkpoint and exit."""
+
+_TOOL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
+_TOOL_CALL_FIELDS = ("name", "args", "timeout_secs")
+_SAVE_SETTLE_SECS = 10.0  # how long the end of an attempt waits for a checkpoint being saved
 
 _LAUNCHER_KILL_SIGNAL = signal.SIGUSR1  # the sandbox's KILL_SIGNAL
 _LAUNCHER_KILL_SECS = 0.5  # how long the launcher gets to kill the tree before SIGKILL
@@ -51,6 +82,155 @@ _OPEN_FILES_SIGNS = ("Too many open files",)
 
 class _BadResult(Exception):
     """The agent's result cannot be accepted; the message says why."""
+
+
+class _BadProtocolLine(Exception):
+    """A protocol line cannot be accepted; the message names the field and says why."""
+
+
+class AgentProtocol:
+    """What an agent said in protocol lines on stdout: its checkpoints and its tool call.
+
+    :meth:`line` is called from the output reader, so it never waits: a checkpoint is saved by
+    a background task, at most one save at a time, always ending with the latest checkpoint.
+    The first bad line is kept in ``error`` and sets ``failed``.
+    """
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        save: Callable[[Any], Awaitable[bool]] | None = None,
+    ) -> None:
+        self.checkpoint: Any = None
+        self.checkpointed = False
+        self.tool_call: ToolCallRequest | None = None
+        self.error: str | None = None
+        self.failed: asyncio.Future[None] = loop.create_future()
+        self._loop = loop
+        self._save = save
+        self._saving: asyncio.Task[None] | None = None
+        self._unsaved = False
+
+    def line(self, line: bytes) -> bool:
+        """Handle ``line`` if it is a protocol line (True), else leave it alone (False)."""
+        try:
+            message = _parse_json(line)
+        except (ValueError, RecursionError):
+            return False
+        if not isinstance(message, dict) or len(message) != 1:
+            return False
+        ((key, value),) = message.items()
+        if key not in ("checkpoint", "tool_call"):
+            return False
+        if self.error is not None:
+            return True  # the attempt has failed already; later lines change nothing
+        try:
+            if key == "checkpoint":
+                if len(line) > MAX_CHECKPOINT_BYTES:
+                    raise _BadProtocolLine(
+                        f"checkpoint: larger than 1 MiB ({len(line)} bytes on its line)"
+                    )
+                self._checkpoint(value)
+            else:
+                if self.tool_call is not None:
+                    raise _BadProtocolLine(
+                        "tool_call: a second tool call in one attempt (one call per attempt: "
+                        "exit after asking, and resume from the checkpoint with its result)"
+                    )
+                self.tool_call = _tool_call(value)
+        except _BadProtocolLine as exc:
+            self.error = str(exc)
+            self.failed.set_result(None)
+        return True
+
+    def carried(self, result: AttemptResult) -> AttemptResult:
+        """``result`` with the latest checkpoint, for the worker to keep with the task."""
+        if not self.checkpointed:
+            return result
+        return dataclasses.replace(result, checkpoint=self.checkpoint, checkpointed=True)
+
+    async def settle(self, wait_secs: float) -> None:
+        """Wait (up to ``wait_secs``) until the latest checkpoint is saved."""
+        saving = self._saving
+        if saving is None or saving.done():
+            return
+        await asyncio.wait([saving], timeout=wait_secs)
+        if not saving.done():
+            log.warning("a checkpoint was not saved within %.0fs; the attempt ends", wait_secs)
+            saving.cancel()
+
+    def abandon(self) -> None:
+        """Stop saving (the attempt was torn down from outside)."""
+        if self._saving is not None:
+            self._saving.cancel()
+
+    def _checkpoint(self, value: Any) -> None:
+        self.checkpoint, self.checkpointed = value, True
+        if self._save is None:
+            return
+        self._unsaved = True
+        if self._saving is None or self._saving.done():
+            self._saving = self._loop.create_task(self._save_latest(self._save))
+
+    async def _save_latest(self, save: Callable[[Any], Awaitable[bool]]) -> None:
+        # Checkpoints printed during a save are not saved one by one: the loop picks the
+        # latest when the save returns.
+        while self._unsaved:
+            self._unsaved = False
+            try:
+                await save(self.checkpoint)
+            except Exception:
+                # The attempt's result carries the checkpoint too: the worker keeps it then.
+                log.exception("saving a checkpoint failed")
+
+
+def _tool_call(value: Any) -> ToolCallRequest:
+    """A tool_call line's request, checked."""
+    if not isinstance(value, dict):
+        raise _BadProtocolLine(
+            f"tool_call: must be an object with {', '.join(_TOOL_CALL_FIELDS)}, "
+            f"not {_excerpt(value)}"
+        )
+    for key in value:
+        if key not in _TOOL_CALL_FIELDS:
+            raise _BadProtocolLine(
+                f"tool_call.{key[:_EXCERPT_CHARS]}: unknown field "
+                f"(known: {', '.join(_TOOL_CALL_FIELDS)})"
+            )
+    if "name" not in value:
+        raise _BadProtocolLine("tool_call.name: required")
+    name = value["name"]
+    if not isinstance(name, str) or not _TOOL_NAME.fullmatch(name):
+        raise _BadProtocolLine(
+            "tool_call.name: must be 1-64 characters, letters, digits and _.:- and starting "
+            f"with a letter or digit, not {_excerpt(name)}"
+        )
+    timeout = value.get("timeout_secs")
+    if timeout is not None and (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not 0 < timeout <= MAX_TOOL_TIMEOUT_SECS
+    ):
+        raise _BadProtocolLine(
+            f"tool_call.timeout_secs: must be a positive number of seconds, at most "
+            f"{MAX_TOOL_TIMEOUT_SECS} (7 days), not {_excerpt(timeout)}"
+        )
+    return ToolCallRequest(name, value.get("args"), None if timeout is None else float(timeout))
+
+
+def tool_results(task: Task) -> dict[str, dict[str, Any]]:
+    """The task's tool calls as an agent reads them: by call id, each its name, args, state and
+    result."""
+    calls: dict[str, dict[str, Any]] = {}
+    for call in task.tool_calls:
+        if isinstance(call, dict) and call.get("id") is not None:
+            calls[str(call["id"])] = {
+                "name": call.get("name"),
+                "args": call.get("args"),
+                "state": call.get("state"),
+                "result": call.get("result"),
+            }
+    return calls
 
 
 def agent_view(task: Task) -> dict[str, object]:
@@ -98,6 +278,8 @@ class CommandAgent:
         timeout_error = f"attempt timed out after {_seconds(limit)}"
         if control.cancel.is_set():
             return AttemptResult(AttemptEnd.CANCELLED, error=control.cancel_reason or "cancelled")
+        if control.yielding.is_set():  # nothing ran, so nothing to checkpoint
+            return AttemptResult(AttemptEnd.PREEMPTED)
         if deadline <= started:
             return AttemptResult(AttemptEnd.TIMED_OUT, error=timeout_error, retryable=True)
         try:
@@ -122,13 +304,22 @@ class CommandAgent:
         deadline: float,
         timeout_error: str,
     ) -> AttemptResult:
-        try:
-            task_json = json.dumps(agent_view(task), ensure_ascii=False, default=str).encode()
-            (workdir / TASK_FILE).write_bytes(task_json)
-        except (OSError, ValueError) as exc:
-            return AttemptResult(
-                AttemptEnd.FAILED, error=f"cannot write {TASK_FILE}: {exc}", retryable=True
-            )
+        inputs = {
+            TASK_FILE: agent_view(task),
+            CHECKPOINT_FILE: task.checkpoint,
+            TOOL_RESULTS_FILE: tool_results(task),
+        }
+        task_json = b""
+        for name, value in inputs.items():
+            try:
+                data = json.dumps(value, ensure_ascii=False, default=str).encode()
+                (workdir / name).write_bytes(data)
+            except (OSError, ValueError, TypeError) as exc:
+                return AttemptResult(
+                    AttemptEnd.FAILED, error=f"cannot write {name}: {exc}", retryable=True
+                )
+            if name == TASK_FILE:
+                task_json = data
         status_r, status_w = os.pipe()
         spec = {
             "command": self.command,
@@ -139,7 +330,8 @@ class CommandAgent:
             "open_files": self.settings.open_files,
         }
         loop = asyncio.get_running_loop()
-        agent = AgentProcess(loop, self.settings.max_output_bytes)
+        protocol = AgentProtocol(loop, control.save_checkpoint)
+        agent = AgentProcess(loop, self.settings.max_output_bytes, protocol.line)
         try:
             transport, _ = await loop.subprocess_exec(
                 lambda: agent,
@@ -170,11 +362,12 @@ class CommandAgent:
                 # Buffered by the event loop; an agent that never reads it is not waited for.
                 stdin.write(task_json)
                 stdin.close()
-            stopped = await self._supervise(transport, agent, control, deadline)
+            stopped = await self._supervise(transport, agent, protocol, control, deadline)
             await asyncio.wait([agent.output_closed], timeout=_DRAIN_SECS)
         except BaseException:
             # Cancelled from outside: the tree must not outlive the attempt.
             _abandon(transport, agent)
+            protocol.abandon()
             os.close(status_r)
             raise
         # A descendant that escaped the group may still hold the pipes: stop listening to it.
@@ -185,6 +378,30 @@ class CommandAgent:
             # its group keeps the group id alive, so it still names only this attempt's tree.
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(transport.get_pid(), signal.SIGKILL)
+        try:
+            # The worker writes the outcome next: a save still running must not land after it.
+            await protocol.settle(_SAVE_SETTLE_SECS)
+        except BaseException:
+            protocol.abandon()
+            raise
+        ending = self._ending(
+            stopped, status, transport, workdir, agent, protocol, control, timeout_error
+        )
+        return protocol.carried(ending)
+
+    def _ending(
+        self,
+        stopped: AttemptEnd | None,
+        status: dict[str, Any] | None,
+        transport: asyncio.SubprocessTransport,
+        workdir: Path,
+        agent: AgentProcess,
+        protocol: AgentProtocol,
+        control: AttemptControl,
+        timeout_error: str,
+    ) -> AttemptResult:
+        """The attempt's outcome once the agent has ended (``stopped`` says why, if it did not
+        end by itself)."""
         logs = agent.logs()
         if stopped is AttemptEnd.CANCELLED:
             reason = control.cancel_reason or "cancelled"
@@ -193,18 +410,35 @@ class CommandAgent:
             return AttemptResult(
                 AttemptEnd.TIMED_OUT, error=timeout_error, retryable=True, logs=logs
             )
-        return self._outcome(status, transport.get_returncode(), workdir, agent, logs)
+        if protocol.error is not None:
+            # A broken protocol line is a bug in the agent: running it again would not help.
+            return AttemptResult(AttemptEnd.FAILED, error=protocol.error, logs=logs)
+        if stopped is AttemptEnd.PREEMPTED:
+            exit_code = status.get("exit") if status is not None else None
+            if protocol.tool_call is not None and exit_code in self.settings.success_exit_codes:
+                # It asked for a tool and exited as the protocol says: waiting frees the slot
+                # too, and resumes where it left off rather than redoing the step.
+                return AttemptResult(
+                    AttemptEnd.WAITING_TOOL, tool_call=protocol.tool_call, logs=logs
+                )
+            # Whatever its exit code: an agent that yielded has not finished its work.
+            return AttemptResult(AttemptEnd.PREEMPTED, logs=logs)
+        return self._outcome(status, transport.get_returncode(), workdir, agent, protocol, logs)
 
     async def _supervise(
         self,
         transport: asyncio.SubprocessTransport,
         agent: AgentProcess,
+        protocol: AgentProtocol,
         control: AttemptControl,
         deadline: float,
     ) -> AttemptEnd | None:
-        """Wait for the agent; stop it at the deadline or on cancel. None if it ended by itself."""
+        """Wait for the agent; stop it at the deadline, on cancel or on a bad protocol line,
+        and ask it to yield when the worker wants its slot back. None if it ended by itself;
+        FAILED if it was stopped for a bad protocol line."""
         cancelled = asyncio.create_task(control.cancel.wait())
-        waits: set[asyncio.Future[Any]] = {agent.exited, cancelled}
+        yielding = asyncio.create_task(control.yielding.wait())
+        waits: set[asyncio.Future[Any]] = {agent.exited, cancelled, yielding, protocol.failed}
         try:
             done, _ = await asyncio.wait(
                 waits,
@@ -216,11 +450,47 @@ class CommandAgent:
             if cancelled in done:
                 await _stop(transport, agent, control.cancel_grace_secs, None)
                 return AttemptEnd.CANCELLED
+            if protocol.failed in done:
+                await _stop(transport, agent, control.cancel_grace_secs, None)
+                return AttemptEnd.FAILED
+            if yielding in done:
+                return await self._yield(transport, agent, control, deadline, cancelled)
             # A cancel during the grace period cuts it short.
             await _stop(transport, agent, self._kill_grace(control), cancelled)
             return AttemptEnd.TIMED_OUT
         finally:
             cancelled.cancel()
+            yielding.cancel()
+
+    async def _yield(
+        self,
+        transport: asyncio.SubprocessTransport,
+        agent: AgentProcess,
+        control: AttemptControl,
+        deadline: float,
+        cancelled: asyncio.Task[Any],
+    ) -> AttemptEnd:
+        """Ask the agent to checkpoint and exit (R11); stop it if it has not within the grace.
+        A cancel or the deadline during the grace wins as usual."""
+        if transport.get_returncode() is None:  # its pid still names this group
+            await asyncio.to_thread(_signal_agents, transport.get_pid(), YIELD_SIGNAL)
+        _signal_group(transport, signal.SIGCONT)  # a stopped agent must run to see it
+        remaining = max(0.0, deadline - time.monotonic())
+        done, _ = await asyncio.wait(
+            {agent.exited, cancelled},
+            timeout=min(control.yield_grace_secs, remaining),
+            return_when=asyncio.FIRST_COMPLETED,
+        )
+        if agent.exited in done:
+            return AttemptEnd.PREEMPTED
+        if cancelled in done:
+            await _stop(transport, agent, control.cancel_grace_secs, None)
+            return AttemptEnd.CANCELLED
+        if remaining <= control.yield_grace_secs:  # the deadline came first
+            await _stop(transport, agent, self._kill_grace(control), cancelled)
+            return AttemptEnd.TIMED_OUT
+        await _stop(transport, agent, self._kill_grace(control), cancelled)
+        return AttemptEnd.PREEMPTED
 
     def _kill_grace(self, control: AttemptControl) -> float:
         if "kill_grace_secs" in self.settings.model_fields_set:
@@ -254,6 +524,8 @@ class CommandAgent:
             AGENTQUEUE_ATTEMPT=str(task.retry_count + 1),
             AGENTQUEUE_TASK_FILE=str(workdir / TASK_FILE),
             AGENTQUEUE_RESULT_FILE=str(workdir / RESULT_FILE),
+            AGENTQUEUE_CHECKPOINT=str(workdir / CHECKPOINT_FILE),
+            AGENTQUEUE_TOOL_RESULTS=str(workdir / TOOL_RESULTS_FILE),
             AGENTQUEUE_WORKDIR=str(workdir),
         )
         return env
@@ -266,6 +538,7 @@ class CommandAgent:
         returncode: int | None,
         workdir: Path,
         agent: AgentProcess,
+        protocol: AgentProtocol,
         logs: tuple[LogChunk, ...],
     ) -> AttemptResult:
         def failed(error: str, retryable: bool = False) -> AttemptResult:
@@ -283,6 +556,10 @@ class CommandAgent:
             return failed(f"agent killed by {_signal_name(status['signal'])}{hint}{tail}")
         code = status.get("exit")
         if code in self.settings.success_exit_codes:
+            if protocol.tool_call is not None:
+                return AttemptResult(
+                    AttemptEnd.WAITING_TOOL, tool_call=protocol.tool_call, logs=logs
+                )
             try:
                 return AttemptResult(
                     AttemptEnd.COMPLETED, result=self._result(workdir, agent.last_line), logs=logs
@@ -346,6 +623,45 @@ def _signal_group(transport: asyncio.SubprocessTransport, sig: int) -> None:
     if transport.get_returncode() is None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(transport.get_pid(), sig)
+
+
+def _process_group(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rpartition(b")")[2].split()
+        return int(fields[2])  # after the command name: state, parent, process group
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _signal_agents(group: int, sig: int) -> None:
+    """Send ``sig`` to every process of the attempt's group but the launcher that leads it.
+
+    The launcher takes SIGUSR1 as its order to kill the tree, so the group cannot be signalled
+    as a whole. Each process is pinned by a pidfd before its group is checked again, so a pid
+    reused meanwhile is never signalled.
+    """
+    try:
+        pids = [int(name) for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:
+        return
+    for pid in pids:
+        if pid == group or _process_group(pid) != group:
+            continue
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError as exc:
+            if exc.errno == errno.ENOSYS:  # a kernel without pidfds: the plain way
+                with contextlib.suppress(OSError):
+                    os.kill(pid, sig)
+            continue  # else it has ended
+        try:
+            if _process_group(pid) == group:
+                signal.pidfd_send_signal(pidfd, sig)
+        except OSError:
+            pass  # it ended meanwhile
+        finally:
+            os.close(pidfd)
 
 
 def _kill_tree(transport: asyncio.SubprocessTransport) -> None:
@@ -471,6 +787,13 @@ def _describe_returncode(code: int | None) -> str:
     if code < 0:
         return f"killed by {_signal_name(-code)}"
     return f"exit code {code}"
+
+
+def _excerpt(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    if len(text) > _EXCERPT_CHARS:
+        text = text[:_EXCERPT_CHARS] + "…"
+    return text
 
 
 def _error_tail(text: str) -> str:
