@@ -433,6 +433,32 @@ def show(ctx: click.Context, task_id: str, as_json: bool) -> None:
         show_task(task)
 
 
+@main.command("tool-result")
+@click.argument("task_id", metavar="TASK")
+@click.argument("call_id", metavar="CALL")
+@click.option(
+    "--result", "result_json", required=True, help="The result as JSON, or @file.json (@- stdin)."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the task as JSON.")
+@click.pass_context
+def tool_result(
+    ctx: click.Context, task_id: str, call_id: str, result_json: str, as_json: bool
+) -> None:
+    """Answer tool call CALL of waiting task TASK: the task is queued again and resumes from
+    its checkpoint. A call that is no longer awaited is refused (exit 1)."""
+    try:
+        result = read_json_arg(result_json, "result")
+    except InvalidInput as exc:
+        fail(str(exc), EXIT_BAD_INPUT)
+    tid = _id(task_id)
+    actor = ctx.find_root().obj["actor"]
+    task = run(ctx, lambda q: q.submit_tool_result(tid, call_id, result, actor=actor))
+    if as_json:
+        emit_json(task.to_json())
+    else:
+        click.echo(f"{task.id}  {task.state.value}  (result for {call_id} taken)")
+
+
 @main.command()
 @click.argument("task_id", metavar="ID")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array of events.")
@@ -591,6 +617,7 @@ def _run_worker(
     async def go(queue: AsyncQueue) -> None:
         if source is not None:
             queue.handlers.update(source.handlers)
+            queue.tools.update(source.tools)
         worker = queue.worker(
             concurrency=concurrency,
             task_types=types or None,

@@ -104,6 +104,29 @@ class AdmissionSettings(_Section):
         return weights
 
 
+class ToolSettings(_Section):
+    """Waiting on tools (R9) and the tool runners of workers."""
+
+    timeout_secs: float = Field(default=600.0, gt=0, le=7 * 86_400)
+    """A tool call's timeout when the call does not give one."""
+    concurrency: int = Field(default=10, ge=1, le=10_000)
+    """Tool calls a worker's tool runners make at once (apart from its task slots)."""
+    lease_secs: float = Field(default=60.0, gt=0, le=86_400)
+    """How long a runner holds a call before another may take it (a dead runner's call)."""
+
+
+class PreemptionSettings(_Section):
+    """Preemption (R11): when a P0 task is queued and every slot that could run it is busy, a
+    task of at least ``min_priority`` that has run for more than ``after_secs`` is asked to
+    checkpoint and give its slot back (queued again, not as a retry)."""
+
+    enabled: bool = True
+    after_secs: float = Field(default=3.0, ge=0, le=86_400)
+    min_priority: int = Field(default=7, ge=1, le=9)
+    grace_secs: float = Field(default=5.0, ge=0, le=600)
+    """How long a command agent gets after SIGUSR1 to checkpoint and exit."""
+
+
 class SchedulerSettings(_Section):
     """The scheduler loop and its leadership (R21)."""
 
@@ -228,6 +251,8 @@ class Settings(BaseSettings):
     admission: AdmissionSettings = Field(default_factory=AdmissionSettings)
     rate_limits: dict[str, RateLimitSettings] = Field(default_factory=dict)
     scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
+    tools: ToolSettings = Field(default_factory=ToolSettings)
+    preemption: PreemptionSettings = Field(default_factory=PreemptionSettings)
     alerts: AlertSettings = Field(default_factory=AlertSettings)
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
 

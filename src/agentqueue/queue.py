@@ -34,12 +34,13 @@ from .scheduler.retention import purge_expired_dead_letters
 from .scheduler.steps import PERIODIC_STEPS, TickReport
 from .service import actions, audit, execution, pausing, reads, submit
 from .service import schedules as cron_schedules
+from .service import tools as tools_service
 from .service.audit import VerifyReport
 from .service.execution import HeartbeatReply, Outcome, OutcomeKind
 from .service.reads import Stats, TaskPage
 from .service.runtime import Runtime
 from .service.submit import SubmitResult
-from .spec import TaskSpec
+from .spec import TaskSpec, check_name
 from .store import DEFAULT_URL, Lease, Store, make_store
 from .store.base import LeaderInfo, PausedType
 from .worker.assemble import build_executors
@@ -48,6 +49,8 @@ from .worker.runner import Worker, WorkerOptions, default_worker_id
 P = ParamSpec("P")
 R = TypeVar("R")
 H = TypeVar("H", bound=Callable[..., Any])
+ToolFn = Callable[[Any], Any]
+T_Tool = TypeVar("T_Tool", bound=Callable[..., Any])
 
 LeaseLike = Lease | Task | tuple[UUID | str, UUID | str]
 
@@ -116,6 +119,7 @@ class AsyncQueue:
         self._opened = False
         self._open_lock: asyncio.Lock | None = None
         self.handlers: dict[str, Handler] = {}
+        self.tools: dict[str, ToolFn] = {}
 
     @property
     def settings(self) -> Settings:
@@ -391,6 +395,36 @@ class AsyncQueue:
 
     # --- workers ----------------------------------------------------------------------------
 
+    def tool(self, name: str) -> Callable[[T_Tool], T_Tool]:
+        """Register the decorated function as the runner of tool ``name``: workers call it
+        (``fn(args)``, async or not) for every call of that tool a waiting task makes, apart
+        from their task slots, and record what it returns as the call's result (an exception
+        becomes ``{"error": "..."}``)."""
+        try:
+            check_name(name, "tool")
+        except ValueError as exc:
+            raise InvalidInput(str(exc), "name") from None
+
+        def register(fn: T_Tool) -> T_Tool:
+            self.tools[name] = fn
+            return fn
+
+        return register
+
+    async def submit_tool_result(
+        self, task_id: UUID | str, call_id: str, result: Any, *, actor: str | None = None
+    ) -> Task:
+        """Answer a waiting task's tool call; the task is queued again and resumes from its
+        checkpoint. Refused (TransitionRefused) for a call that is not awaited any more."""
+        return await tools_service.submit_tool_result(
+            await self._ready(),
+            parse_task_id(task_id),
+            call_id,
+            result,
+            actor=actor or self.actor,
+            tenant=self.tenant,
+        )
+
     def handler(self, task_type: str) -> Callable[[H], H]:
         """Register the decorated function as the handler of ``task_type``.
 
@@ -433,6 +467,13 @@ class AsyncQueue:
             claim_batch=self.settings.queue.claim_batch,
             claims_in_flight=conf.claims_in_flight,
             flushes_in_flight=conf.flushes_in_flight,
+            tool_timeout_secs=self.settings.tools.timeout_secs,
+            tool_concurrency=self.settings.tools.concurrency,
+            tool_lease_secs=self.settings.tools.lease_secs,
+            yield_grace_secs=self.settings.preemption.grace_secs,
+            preempt=self.settings.preemption.enabled,
+            preempt_after_secs=self.settings.preemption.after_secs,
+            preempt_min_priority=self.settings.preemption.min_priority,
         )
         holder: list[Worker] = []
         executors = build_executors(
@@ -443,7 +484,7 @@ class AsyncQueue:
             agents=agents,
             request_heartbeat=lambda task_id: holder[0].request_heartbeat(task_id),
         )
-        holder.append(Worker(self, executors, options))
+        holder.append(Worker(self, executors, options, tools=dict(self.tools)))
         return holder[0]
 
     async def run_worker(
@@ -642,6 +683,15 @@ class Queue:
         """Registered handlers by task type."""
         return self._async.handlers
 
+    @property
+    def tools(self) -> dict[str, ToolFn]:
+        """Registered tool runners by tool name."""
+        return self._async.tools
+
+    def tool(self, name: str) -> Callable[[T_Tool], T_Tool]:
+        """Register the decorated function as the runner of tool ``name``."""
+        return self._async.tool(name)
+
     def handler(self, task_type: str) -> Callable[[H], H]:
         """Register the decorated function as the handler of ``task_type``."""
         return self._async.handler(task_type)
@@ -695,6 +745,7 @@ class Queue:
     reclaim_lapsed = _facade(AsyncQueue.reclaim_lapsed)
     promote_due_retries = _facade(AsyncQueue.promote_due_retries)
     tick = _facade(AsyncQueue.tick)
+    submit_tool_result = _facade(AsyncQueue.submit_tool_result)
     pause = _facade(AsyncQueue.pause)
     resume = _facade(AsyncQueue.resume)
     paused = _facade(AsyncQueue.paused)

@@ -16,6 +16,16 @@ OTHER_TOKEN = UUID(int=0xB22)
 WORKER = "worker-1"
 
 
+AWAITED_CALL = {"id": "call-1", "name": "search", "args": {"q": "x"}, "state": "waiting",
+                "result": None}  # fmt: skip
+"""The tool call a task made with ``make_task(WAITING_TOOL)`` awaits."""
+
+
+def wait_call(task: Task) -> dict[str, Any]:
+    """A new tool call for ``task`` to wait on (a WAIT_TOOL request's ``tool_call``)."""
+    return {"id": f"call-{len(task.tool_calls) + 1}", "name": "search", "args": {}}
+
+
 def make_task(state: TaskState = TaskState.PENDING, **overrides: Any) -> Task:
     """A task in ``state``; an executing task holds a lease with HOLDER_TOKEN."""
     fields: dict[str, Any] = {
@@ -46,5 +56,7 @@ def make_task(state: TaskState = TaskState.PENDING, **overrides: Any) -> Task:
             assigned_to=WORKER,
             started_at=START,
         )
+    if state is TaskState.WAITING_TOOL:
+        fields.update(tool_calls=(AWAITED_CALL,))
     fields.update(overrides)
     return Task(**fields)

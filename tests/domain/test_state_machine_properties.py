@@ -9,7 +9,7 @@ from uuid import UUID
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from task_factory import START, make_task
+from task_factory import START, make_task, wait_call
 
 from agentqueue.domain.models import Task
 from agentqueue.domain.retry import BackoffPolicy, retry_limit
@@ -168,6 +168,7 @@ def _request(task: Task, op: Op, now_offset: int) -> Request:
         retryable=op.retryable,
         backoff=BackoffPolicy(),
         spread=op.spread,
+        tool_call=wait_call(task),
     )
 
 
@@ -184,6 +185,8 @@ def _not_due(task: Task, request: Request) -> bool:
         return task.run_after is not None and task.run_after > request.now
     if request.action is Action.LEASE_EXPIRED:
         return task.lease_expires_at is not None and task.lease_expires_at > request.now
+    if request.action is Action.TOOL_TIMEOUT:
+        return task.tool_deadline_at is not None and task.tool_deadline_at > request.now
     return False
 
 

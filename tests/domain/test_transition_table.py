@@ -34,6 +34,9 @@ NEW_TOKEN = OTHER_TOKEN
 Recipe = Callable[[], tuple[Task, Request]]
 
 
+WAIT_CALL = {"id": "call-2", "name": "search", "args": {}}
+
+
 def _req(action: Action, **fields: Any) -> Request:
     return Request(action, LATER, actor="ops-person", **fields)
 
@@ -63,7 +66,10 @@ RECIPES: dict[tuple[TaskState | None, TaskState], list[tuple[str, Recipe]]] = {
     (S.EXECUTING, S.WAITING_TOOL): [
         (
             "wait_tool",
-            lambda: (make_task(S.EXECUTING), _req(Action.WAIT_TOOL, lock_token=HOLDER_TOKEN)),
+            lambda: (
+                make_task(S.EXECUTING),
+                _req(Action.WAIT_TOOL, lock_token=HOLDER_TOKEN, tool_call=WAIT_CALL),
+            ),
         )
     ],
     (S.WAITING_TOOL, S.QUEUED): [
@@ -202,6 +208,7 @@ def _request_variants(action: Action) -> list[Request]:
             retryable=retryable,
             new_lock_token=NEW_TOKEN,
             worker=WORKER,
+            tool_call=WAIT_CALL,
         )
         for now, token, retryable in itertools.product(
             (START, LATER + timedelta(days=1)),

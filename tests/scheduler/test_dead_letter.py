@@ -275,8 +275,19 @@ async def test_every_decided_path_into_dead_letter_raises_the_alert(
         steps = [Request(Action.EXHAUST, clock.now(), actor="scheduler")]
     else:
         steps = [
-            Request(Action.WAIT_TOOL, clock.now(), actor="worker-1", lock_token=claimed.lock_token),
-            Request(Action.TOOL_TIMEOUT, clock.now(), actor="scheduler", error="tool timed out"),
+            Request(
+                Action.WAIT_TOOL,
+                clock.now(),
+                actor="worker-1",
+                lock_token=claimed.lock_token,
+                tool_call={"id": "call-1", "name": "search", "timeout_secs": 1},
+            ),
+            Request(
+                Action.TOOL_TIMEOUT,
+                clock.now() + timedelta(seconds=5),  # past the call's 1 s timeout
+                actor="scheduler",
+                error="tool timed out",
+            ),
         ]
     for step in steps:
         async with queue.store.transaction() as tx:
@@ -285,6 +296,7 @@ async def test_every_decided_path_into_dead_letter_raises_the_alert(
     assert final.state is TaskState.DEAD_LETTER
     [row] = outbox(db_url)
     assert (row["task_id"], row["event_seq"]) == (task.id, final.event_seq)
+    clock.advance(seconds=5)  # up to the time the last step was decided at
     assert await queue.deliver_alerts() == 1
     assert [b["task_id"] for b in hook.bodies] == [str(task.id)]
 

@@ -67,3 +67,53 @@ def fail(task: Task, ctx: TaskContext) -> None:
 @queue.handler("bad_result")
 def bad_result(task: Task, ctx: TaskContext) -> Any:
     return {"not json": object()}
+
+
+# --- waiting on tools, checkpoints and preemption ---------------------------------------------
+
+
+@queue.tool("double")
+async def double(args: dict[str, Any]) -> dict[str, Any]:
+    """A tool run by the workers' tool runners: doubles the running total."""
+    await asyncio.sleep(float(args.get("secs", 0)))
+    return {"total": args["total"] * 2}
+
+
+@queue.handler("steps")
+async def steps(task: Task, ctx: TaskContext) -> dict[str, Any]:
+    """N steps, each after the tool call the previous one made; every step runs once."""
+    state = ctx.checkpoint_data or {"done": 0, "total": 0}
+    n = int(ctx.payload.get("steps", 5))
+    tool = ctx.payload.get("tool", "double")
+    while state["done"] < n:
+        if state["done"] > 0:  # the next step needs the answer to the previous step's call
+            args = {"step": state["done"], "total": state["total"],
+                    "secs": ctx.payload.get("tool_secs", 0)}  # fmt: skip
+            answer = await ctx.call_tool(tool, args)
+            state = {**state, "total": answer["total"]}
+        step = state["done"] + 1
+        record(task, f"step{step}")
+        if ctx.payload.get("compute_secs"):
+            await asyncio.sleep(float(ctx.payload["compute_secs"]))
+        state = {"done": step, "total": state["total"] + step}
+        ctx.checkpoint(state)
+    return state
+
+
+@queue.handler("background")
+async def background(task: Task, ctx: TaskContext) -> dict[str, Any]:
+    """Long work in small steps, checkpointing after each (and yielding when asked)."""
+    state = ctx.checkpoint_data or {"done": 0}
+    record(task, f"run-from-{state['done']}")
+    while state["done"] < int(ctx.payload["steps"]):
+        await asyncio.sleep(float(ctx.payload.get("step_secs", 0.1)))
+        state = {"done": state["done"] + 1}
+        ctx.checkpoint(state)
+    record(task, "finished")
+    return state
+
+
+@queue.handler("urgent")
+async def urgent(task: Task, ctx: TaskContext) -> dict[str, Any]:
+    record(task, "urgent")
+    return {"idempotency_key": ctx.idempotency_key}

@@ -76,6 +76,8 @@ class Task:
     state_reason: str | None = None
     hold: str | None = None
     """What holds a blocked task: ``dependencies`` or ``approval``."""
+    tool_deadline_at: datetime | None = None
+    """While waiting_tool: when the awaited tool call times out."""
     approved_by: str | None = None
     run_after: datetime | None = None
     started_at: datetime | None = None

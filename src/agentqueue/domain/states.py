@@ -138,6 +138,14 @@ def bulk_event(action: Action, at: datetime, actor: str) -> BulkEvent:
     return BulkEvent(from_state, to_state, action, actor, "", text, tail)
 
 
+TOOL_WAITING = "waiting"
+TOOL_RUNNING = "running"  # a tool runner has taken it
+TOOL_DONE = "done"
+TOOL_TIMED_OUT = "timed_out"
+AWAITED_TOOL_STATES = frozenset({TOOL_WAITING, TOOL_RUNNING})
+"""A tool call's states: a result is taken only for a call still awaited."""
+DEFAULT_TOOL_TIMEOUT_SECS = 600.0
+
 HOLD_DEPENDENCIES = "dependencies"
 HOLD_APPROVAL = "approval"
 HOLDS = frozenset({HOLD_DEPENDENCIES, HOLD_APPROVAL})
@@ -175,6 +183,13 @@ class Request:
     retryable: bool = True
     backoff: BackoffPolicy = field(default_factory=BackoffPolicy)
     spread: float = 0.5
+    tool_call: Mapping[str, Any] | None = None
+    """WAIT_TOOL: the call to wait for (``id``, ``name``, ``args``, ``timeout_secs``)."""
+    tool_call_id: str | None = None
+    """TOOL_RESULT, TOOL_TIMEOUT: the call answered or timed out (None: the one awaited)."""
+    checkpoint: Any = None
+    checkpointed: bool = False
+    """WAIT_TOOL, PREEMPT, RELEASE, FAIL: keep ``checkpoint`` with the task."""
     hold: str | None = None
     """BLOCK: what holds the task (see HOLDS). UNBLOCK: the hold being released; a task held
     for anything else is refused (a dependency step never releases an approval hold)."""
@@ -426,20 +441,116 @@ def _claim(task: Task, request: Request) -> Transition | Refusal:
     )
 
 
+def _kept_checkpoint(request: Request) -> dict[str, Any]:
+    return {"checkpoint": request.checkpoint} if request.checkpointed else {}
+
+
 def _wait_tool(task: Task, request: Request) -> Transition | Refusal:
-    return _edge(task, request, TaskState.WAITING_TOOL, _LEASE_CLEARED)
+    call = request.tool_call
+    if call is None or not call.get("id") or not call.get("name"):
+        raise ValueError("a tool wait needs a tool call with an id and a name")
+    if any(c.get("id") == call["id"] for c in task.tool_calls):
+        return _refuse(
+            task, request, RefusalKind.NOT_ALLOWED, f"tool call {call['id']} was already made"
+        )
+    timeout = float(call.get("timeout_secs") or DEFAULT_TOOL_TIMEOUT_SECS)
+    deadline = request.now + timedelta(seconds=timeout)
+    entry = {
+        "id": str(call["id"]),
+        "name": str(call["name"]),
+        "args": call.get("args"),
+        "state": TOOL_WAITING,
+        "result": None,
+        "timeout_secs": timeout,
+        "requested_at": request.now.isoformat(),
+        "deadline_at": deadline.isoformat(),
+    }
+    return _edge(
+        task,
+        request,
+        TaskState.WAITING_TOOL,
+        {
+            **_LEASE_CLEARED,
+            **_kept_checkpoint(request),
+            "tool_calls": (*task.tool_calls, entry),
+            "tool_deadline_at": deadline,
+            "state_reason": f"waiting for tool {entry['name']} (call {entry['id']})",
+        },
+        data={"tool_call": entry["id"], "tool": entry["name"]},
+    )
+
+
+def _awaited(task: Task, request: Request) -> tuple[int, Refusal | None]:
+    """The index of the call ``request`` answers, or why it is not awaited."""
+    if task.state is not TaskState.WAITING_TOOL:
+        return -1, _refuse(
+            task,
+            request,
+            RefusalKind.NOT_ALLOWED,
+            f"tool call {request.tool_call_id} is not awaited: the task is {task.state.value}",
+        )
+    wanted = request.tool_call_id
+    if wanted is None:  # the call the task awaits, whichever it is (a timeout names none)
+        awaited = [c for c in task.tool_calls if c.get("state") in AWAITED_TOOL_STATES]
+        wanted = str(awaited[-1].get("id")) if awaited else None
+    for index, call in enumerate(task.tool_calls):
+        if call.get("id") == wanted:
+            if call.get("state") in AWAITED_TOOL_STATES:
+                return index, None
+            return index, _refuse(
+                task,
+                request,
+                RefusalKind.NOT_ALLOWED,
+                f"tool call {request.tool_call_id} is not awaited: it is {call.get('state')}",
+            )
+    return -1, _refuse(
+        task, request, RefusalKind.NOT_ALLOWED, f"the task made no tool call {request.tool_call_id}"
+    )
+
+
+def _with_call(task: Task, index: int, **fields: Any) -> tuple[Any, ...]:
+    calls = list(task.tool_calls)
+    calls[index] = {**calls[index], **fields}
+    return tuple(calls)
 
 
 def _tool_result(task: Task, request: Request) -> Transition | Refusal:
-    if task.state is not TaskState.WAITING_TOOL:
-        return _not_from(task, request)
-    return _edge(task, request, TaskState.QUEUED, {"state_reason": None})
+    index, refused = _awaited(task, request)
+    if refused is not None:
+        return refused
+    calls = _with_call(
+        task, index, state=TOOL_DONE, result=request.result, finished_at=request.now.isoformat()
+    )
+    return _edge(
+        task,
+        request,
+        TaskState.QUEUED,
+        {
+            "tool_calls": calls,
+            "tool_deadline_at": None,
+            "state_reason": None,
+            "eligible_at": request.now,
+        },
+        data={"tool_call": request.tool_call_id},
+    )
 
 
 def _tool_timeout(task: Task, request: Request) -> Transition | Refusal:
-    if task.state is not TaskState.WAITING_TOOL:
-        return _not_from(task, request)
-    return _retry_or_dead_letter(task, request, request.error or "tool call timed out", {})
+    index, refused = _awaited(task, request)
+    if refused is not None:
+        return refused
+    deadline = task.tool_deadline_at
+    if deadline is not None and deadline > request.now:
+        return _refuse(task, request, RefusalKind.NOT_DUE, f"the tool call runs until {deadline}")
+    call = task.tool_calls[index]
+    error = request.error or f"tool {call.get('name')} (call {call.get('id')}) timed out"
+    calls = _with_call(task, index, state=TOOL_TIMED_OUT, finished_at=request.now.isoformat())
+    return _retry_or_dead_letter(
+        task,
+        request,
+        error,
+        {"tool_calls": calls, "tool_deadline_at": None, "eligible_at": request.now},
+    )
 
 
 def _complete(task: Task, request: Request) -> Transition | Refusal:
@@ -460,7 +571,9 @@ def _complete(task: Task, request: Request) -> Transition | Refusal:
 def _fail(task: Task, request: Request) -> Transition | Refusal:
     error = request.error or "failed"
     if request.retryable:
-        return _retry_or_dead_letter(task, request, error, _LEASE_CLEARED)
+        return _retry_or_dead_letter(
+            task, request, error, {**_LEASE_CLEARED, **_kept_checkpoint(request)}
+        )
     return _edge(
         task,
         request,
@@ -502,7 +615,12 @@ def _exhaust(task: Task, request: Request) -> Transition | Refusal:
 
 
 def _release(task: Task, request: Request) -> Transition | Refusal:
-    return _edge(task, request, TaskState.QUEUED, {**_LEASE_CLEARED, "state_reason": None})
+    return _edge(
+        task,
+        request,
+        TaskState.QUEUED,
+        {**_LEASE_CLEARED, **_kept_checkpoint(request), "state_reason": None},
+    )
 
 
 def _review(task: Task, request: Request) -> Transition | Refusal:

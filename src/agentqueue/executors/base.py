@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
@@ -24,6 +24,17 @@ class AttemptEnd(StrEnum):
     FAILED = "failed"  # see ``retryable``
     TIMED_OUT = "timed_out"  # the attempt deadline passed; the work was stopped
     CANCELLED = "cancelled"  # the worker asked it to stop (cancel, lost lease, shutdown)
+    WAITING_TOOL = "waiting_tool"  # the task asked for a tool call (see ``tool_call``)
+    PREEMPTED = "preempted"  # it yielded its slot when asked to (see AttemptControl.request_yield)
+
+
+@dataclass(frozen=True)
+class ToolCallRequest:
+    """A tool call an attempt ended on: the task waits (no slot held) until its result."""
+
+    name: str
+    args: Any = None
+    timeout_secs: float | None = None
 
 
 @dataclass(frozen=True)
@@ -44,6 +55,11 @@ class AttemptResult:
     error: str | None = None
     retryable: bool = False
     logs: tuple[LogChunk, ...] = ()
+    tool_call: ToolCallRequest | None = None
+    """With ``WAITING_TOOL``: the call to wait for."""
+    checkpoint: Any = None
+    checkpointed: bool = False
+    """The attempt saved ``checkpoint`` (its latest progress), to be kept with the task."""
 
 
 @dataclass
@@ -64,7 +80,29 @@ class AttemptControl:
     cancel_reason: str = ""
     kill_grace_secs: float = 5.0
     cancel_grace_secs: float = 0.5
+    yield_grace_secs: float = 5.0
+    """After :meth:`request_yield`, how long a command agent gets to checkpoint and exit."""
+    yielding: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set when the worker asks the attempt to give up its slot (preemption, R11)."""
+    save_checkpoint: Callable[[Any], Awaitable[bool]] | None = None
+    """Keep a checkpoint with the task now (fenced by the lease); False if the lease is lost."""
     _on_stop: list[Callable[[], object]] = field(default_factory=list)
+    _on_yield: list[Callable[[], object]] = field(default_factory=list)
+
+    def request_yield(self) -> None:
+        """Ask the attempt to checkpoint and give its slot back (it goes back to the queue, not
+        counted as a retry)."""
+        if not self.yielding.is_set():
+            self.yielding.set()
+            for callback in self._on_yield:
+                callback()
+
+    def on_yield(self, callback: Callable[[], object]) -> None:
+        """Call ``callback`` when a yield is requested (at once if it already was)."""
+        if self.yielding.is_set():
+            callback()
+        else:
+            self._on_yield.append(callback)
 
     def stop(self, reason: str) -> None:
         """Ask the attempt to stop now."""

@@ -22,7 +22,7 @@ from uuid import UUID
 from ..domain.audit import canonical_json
 from ..domain.models import Task
 from ..domain.retry import exception_is_retryable
-from .base import AttemptControl, AttemptEnd, AttemptResult, LogChunk
+from .base import AttemptControl, AttemptEnd, AttemptResult, LogChunk, ToolCallRequest
 
 Handler = Callable[[Task, "TaskContext"], Any]
 
@@ -42,8 +42,33 @@ class Fatal(Exception):
     retryable = False
 
 
+class WaitForTool(BaseException):
+    """Raised by :meth:`TaskContext.call_tool` for a call without a result yet: the attempt
+    ends and the task waits for the tool (a BaseException, so ``except Exception`` in a
+    handler does not swallow it)."""
+
+    def __init__(self, request: ToolCallRequest) -> None:
+        super().__init__(request.name)
+        self.request = request
+
+
+class Yielded(BaseException):
+    """Raised by :meth:`TaskContext.checkpoint` once the worker asked the attempt to yield:
+    the task goes back to the queue with that checkpoint (not a retry)."""
+
+
+_NONE = object()
+
+
 class TaskContext:
-    """What a running handler may use besides its task. Safe to use from any thread."""
+    """What a running handler may use besides its task. Safe to use from any thread.
+
+    Durable steps: ``checkpoint(state)`` keeps progress with the task, ``checkpoint_data`` is
+    the last one kept, and ``await call_tool(name, args)`` returns the recorded result of the
+    same call (same tool, same arguments) made on an earlier run, or ends the attempt until the
+    call's result arrives; the handler then runs again from the top, with its checkpoint and the
+    recorded results. A step guarded by the checkpoint runs once; a call is never made twice.
+    """
 
     def __init__(
         self,
@@ -62,6 +87,89 @@ class TaskContext:
         self._size = 0
         self._truncated = False
         self._lock = threading.Lock()
+        self._checkpoint: Any = _NONE
+        self._replay = [c for c in task.tool_calls if c.get("state") == "done"]
+        self._replayed: set[int] = set()
+        self._saving: asyncio.Task[bool] | None = None
+        try:
+            self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            self._loop = None
+
+    # --- durable steps --------------------------------------------------------------------------
+
+    @property
+    def checkpoint_data(self) -> Any:
+        """The progress last kept with ``checkpoint`` (this run's, else the task's), or None."""
+        return self.task.checkpoint if self._checkpoint is _NONE else self._checkpoint
+
+    @property
+    def tool_results(self) -> dict[str, Any]:
+        """Results of the tool calls answered so far, by call id."""
+        return {c["id"]: c.get("result") for c in self._replay}
+
+    @property
+    def should_yield(self) -> bool:
+        """True once the worker asks this attempt to give its slot to more urgent work: the
+        next ``checkpoint()`` ends the attempt (the task is queued again, not as a retry)."""
+        return self._control.yielding.is_set()
+
+    def checkpoint(self, state: Any) -> None:
+        """Keep ``state`` (JSON) as this task's progress: a later run gets it back as
+        ``checkpoint_data``. Ends the attempt here if the worker asked it to yield."""
+        try:
+            canonical_json(state)
+        except (TypeError, ValueError) as exc:
+            raise Fatal(f"checkpoint: not JSON ({exc})") from None
+        self._checkpoint = copy.deepcopy(state)
+        save = self._control.save_checkpoint
+        if save is not None and self._loop is not None:
+            value = self._checkpoint
+            self._loop.call_soon_threadsafe(lambda: self._start_save(save, value))
+        if self.should_yield:
+            raise Yielded()
+
+    def _start_save(self, save: Callable[[Any], Awaitable[bool]], value: Any) -> None:
+        previous = self._saving
+
+        async def run() -> bool:
+            if previous is not None:
+                await asyncio.gather(previous, return_exceptions=True)  # saves land in order
+            return await save(value)
+
+        self._saving = asyncio.ensure_future(run())
+
+    async def call_tool(
+        self,
+        name: str,
+        args: Any = None,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109 - the tool call's own, not this await's
+    ) -> Any:
+        """The result of tool ``name`` called with ``args`` (JSON).
+
+        A call answered on an earlier run (same tool, same arguments; repeated calls match in
+        the order they were made) returns its recorded result; otherwise the attempt ends here,
+        freeing its slot, and the task waits for the result (``timeout`` seconds at most, else
+        ``[tools] timeout_secs``: then it is retried, or dead-lettered). Async handlers only.
+        """
+        try:
+            wanted = canonical_json(args)
+        except (TypeError, ValueError) as exc:
+            raise Fatal(f"call_tool args: not JSON ({exc})") from None
+        for index, made in enumerate(self._replay):
+            if (
+                index not in self._replayed
+                and made.get("name") == name
+                and canonical_json(made.get("args")) == wanted
+            ):
+                self._replayed.add(index)
+                return copy.deepcopy(made.get("result"))
+        raise WaitForTool(ToolCallRequest(name, copy.deepcopy(args), timeout))
+
+    def progress(self) -> tuple[Any, bool]:
+        """The checkpoint kept by this run, and whether there is one."""
+        return (None, False) if self._checkpoint is _NONE else (self._checkpoint, True)
 
     @property
     def payload(self) -> Any:
@@ -154,6 +262,8 @@ class HandlerExecutor:
                                  logs=ctx.logs())  # fmt: skip
         except TimeoutError:
             return _timed_out(task, ctx)
+        except (WaitForTool, Yielded) as signal:
+            return _paused(signal, ctx)
         except Exception as exc:
             return _failure(exc, ctx)
         finally:
@@ -180,6 +290,8 @@ class HandlerExecutor:
                                      logs=ctx.logs())  # fmt: skip
             return _timed_out(task, ctx)
         exc = work.exception()
+        if isinstance(exc, (WaitForTool, Yielded)):
+            return _paused(exc, ctx)
         if exc is not None:
             return _failure(exc, ctx)
         return _result(work.result(), ctx)
@@ -190,6 +302,21 @@ async def _call_async(handler: Handler, task: Task, ctx: TaskContext) -> Any:
     if isinstance(outcome, Awaitable):
         return await outcome
     return outcome
+
+
+def _paused(signal: BaseException, ctx: TaskContext) -> AttemptResult:
+    checkpoint, kept = ctx.progress()
+    if isinstance(signal, WaitForTool):
+        return AttemptResult(
+            AttemptEnd.WAITING_TOOL,
+            tool_call=signal.request,
+            checkpoint=checkpoint,
+            checkpointed=kept,
+            logs=ctx.logs(),
+        )
+    return AttemptResult(
+        AttemptEnd.PREEMPTED, checkpoint=checkpoint, checkpointed=kept, logs=ctx.logs()
+    )
 
 
 def _timed_out(task: Task, ctx: TaskContext) -> AttemptResult:

@@ -22,7 +22,7 @@ from ..domain.states import (
     decide_or_raise,
 )
 from ..store import Change, NewTask, Tx
-from ..store.base import CHANNEL_PENDING, CHANNEL_QUEUED, CHANNEL_REVOKED, OutboxItem
+from ..store.base import CHANNEL_PENDING, CHANNEL_QUEUED, CHANNEL_REVOKED, CHANNEL_TOOLS, OutboxItem
 
 alert_log = logging.getLogger("agentqueue.alerts")
 
@@ -187,7 +187,10 @@ async def announce(tx: Tx, changes: Sequence[Change]) -> None:
     if TaskState.PENDING in states:
         await tx.notify(CHANNEL_PENDING)
     if TaskState.QUEUED in states:
-        await tx.notify(CHANNEL_QUEUED)
+        urgent = any(c.task.state is TaskState.QUEUED and c.task.priority == 0 for c in changes)
+        await tx.notify(CHANNEL_QUEUED, "p0" if urgent else "")
+    if TaskState.WAITING_TOOL in states:
+        await tx.notify(CHANNEL_TOOLS)
     revoked = [
         str(c.task.id)
         for c in changes

@@ -9,13 +9,14 @@ to, it also runs a scheduler (see scheduler.loop), which competes for the leader
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import os
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from ..domain.errors import AgentQueueError, ConfigError
@@ -25,11 +26,13 @@ from ..executors.base import AttemptControl, AttemptEnd, AttemptResult, Executor
 from ..scheduler.loop import Scheduler, wait_event
 from ..scheduler.steps import PERIODIC_STEPS
 from ..service.execution import Outcome, OutcomeKind
+from ..service.tools import ToolWork, take_tool_calls
 from ..store.base import (
     CHANNEL_CHANGED,
     CHANNEL_PENDING,
     CHANNEL_QUEUED,
     CHANNEL_REVOKED,
+    CHANNEL_TOOLS,
     CHANNELS,
     Notice,
 )
@@ -40,6 +43,12 @@ if TYPE_CHECKING:
 log = logging.getLogger("agentqueue.worker")
 
 SHUTDOWN = "the worker is shutting down"
+
+
+def _is_async_fn(fn: Callable[..., Any]) -> bool:
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+        getattr(fn, "__call__", None)  # noqa: B004 - an async callable object
+    )
 
 
 def default_worker_id() -> str:
@@ -63,6 +72,17 @@ class WorkerOptions:
     claim_batch: int = 100
     claims_in_flight: int = 2
     flushes_in_flight: int = 2
+    tool_timeout_secs: float = 600.0
+    """A tool call's timeout when the task does not give one."""
+    tool_concurrency: int = 10
+    """Tool calls this worker's tool runners make at once."""
+    tool_lease_secs: float = 60.0
+    yield_grace_secs: float = 5.0
+    preempt: bool = True
+    preempt_after_secs: float = 3.0
+    """Preemption (R11): a P0 task waits, every slot is busy: a task of priority at least
+    ``preempt_min_priority`` that ran longer than this is asked to yield its slot."""
+    preempt_min_priority: int = 7
 
 
 @dataclass
@@ -91,11 +111,16 @@ class Worker:
     """Runs tasks from one queue through its executors until stopped."""
 
     def __init__(
-        self, queue: AsyncQueue, executors: Sequence[Executor], options: WorkerOptions
+        self,
+        queue: AsyncQueue,
+        executors: Sequence[Executor],
+        options: WorkerOptions,
+        tools: Mapping[str, Callable[[Any], Any]] | None = None,
     ) -> None:
         check_executors(executors)
-        if not executors:
-            raise ConfigError("nothing to run: no handlers registered and no agents", "agents")
+        self.tools = dict(tools or {})
+        if not executors and not self.tools:
+            raise ConfigError("nothing to run: no handlers, tools or agents registered", "agents")
         self.queue = queue
         self.executors = list(executors)
         self.options = options
@@ -111,13 +136,24 @@ class Worker:
         self._empty: set[str] = set()
         self._beat_now = asyncio.Event()
         self.scheduler: Scheduler | None = None
+        self._tool_wake = asyncio.Event()
+        self._tool_jobs: set[asyncio.Task[None]] = set()
         self._probe: asyncio.Task[None] | None = None
         self._probe_again = False
         self._stopping = False
         self._grace: float = options.grace_secs
         self._stopped = asyncio.Event()
         self.started = asyncio.Event()
-        self.stats = {"claimed": 0, "completed": 0, "failed": 0, "released": 0, "revoked": 0}
+        self.stats = {
+            "claimed": 0,
+            "completed": 0,
+            "failed": 0,
+            "released": 0,
+            "revoked": 0,
+            "waiting": 0,
+            "preempted": 0,
+            "tool_calls": 0,
+        }
 
     # --- control ------------------------------------------------------------------------------
 
@@ -149,6 +185,8 @@ class Worker:
             asyncio.create_task(self._heartbeats(), name="agentqueue-heartbeat"),
             asyncio.create_task(self._flusher(), name="agentqueue-flush"),
         ]
+        if self.tools:
+            background.append(asyncio.create_task(self._tool_runner(), name="agentqueue-tools"))
         if self.options.run_scheduler:
             # The worker's listener wakes it; what it admits wakes the worker's claims.
             self.scheduler = Scheduler(
@@ -177,6 +215,7 @@ class Worker:
         finally:
             if self._probe is not None:
                 background.append(self._probe)
+            background.extend(self._tool_jobs)
             for job in background:
                 job.cancel()
             await asyncio.gather(*background, *self._claiming, return_exceptions=True)
@@ -250,10 +289,22 @@ class Worker:
         if task.locked_at is not None:
             elapsed = (self.queue.clock.now() - task.locked_at).total_seconds()
             deadline_in = max(0.0, task.timeout_secs - max(0.0, elapsed))
+        token = task.lock_token
+        assert token is not None
+
+        async def save_checkpoint(value: object) -> bool:
+            try:
+                return await self.queue.store.save_checkpoint(task.id, token, value)
+            except AgentQueueError as exc:
+                log.warning("checkpoint of task %s not kept: %s", task.id, exc)
+                return False
+
         control = AttemptControl(
             deadline=time.monotonic() + deadline_in,
             timeout_secs=float(task.timeout_secs),
             cancel_grace_secs=self.options.cancel_grace_secs,
+            yield_grace_secs=self.options.yield_grace_secs,
+            save_checkpoint=save_checkpoint,
         )
         running = _Running(task, executor, control)
         self._running[task.id] = running
@@ -304,6 +355,35 @@ class Worker:
             return Outcome(
                 task.id, task.lock_token, OutcomeKind.COMPLETED, result=result.result, claimed=task
             )
+        kept = {"checkpoint": result.checkpoint, "checkpointed": result.checkpointed}
+        if result.end is AttemptEnd.WAITING_TOOL and result.tool_call is not None:
+            self.stats["waiting"] += 1
+            call = result.tool_call
+            return Outcome(
+                task.id,
+                task.lock_token,
+                OutcomeKind.WAITING_TOOL,
+                claimed=task,
+                # Call ids number the task's calls over its whole life: unique, and the same
+                # on every worker.
+                tool_call={
+                    "id": f"call-{len(task.tool_calls) + 1}",
+                    "name": call.name,
+                    "args": call.args,
+                    "timeout_secs": call.timeout_secs or self.options.tool_timeout_secs,
+                },
+                **kept,
+            )
+        if result.end is AttemptEnd.PREEMPTED:
+            self.stats["preempted"] += 1
+            return Outcome(
+                task.id,
+                task.lock_token,
+                OutcomeKind.PREEMPTED,
+                reason="preempted for more urgent work",
+                claimed=task,
+                **kept,
+            )
         self.stats["failed"] += 1
         return Outcome(
             task.id,
@@ -312,6 +392,7 @@ class Worker:
             error=result.error or "failed",
             retryable=result.retryable or result.end is AttemptEnd.TIMED_OUT,
             claimed=task,
+            **kept,
         )
 
     # --- outcomes -----------------------------------------------------------------------------
@@ -430,6 +511,12 @@ class Worker:
         if notice.channel == CHANNEL_REVOKED:
             self._revoke(notice.payload)
             return
+        if notice.channel in (CHANNEL_TOOLS, CHANNEL_CHANGED):
+            self._tool_wake.set()
+        if notice.channel == CHANNEL_TOOLS:
+            return
+        if notice.channel == CHANNEL_QUEUED and notice.payload == "p0":
+            self._preempt_for_p0()
         if notice.channel != CHANNEL_QUEUED:
             self._scheduler_wake()
         if notice.channel == CHANNEL_CHANGED:
@@ -450,6 +537,83 @@ class Worker:
                 return
             if hints.queued:
                 self._work_arrived()
+            if hints.p0_queued:
+                self._preempt_for_p0()
+
+    # --- tool runners ---------------------------------------------------------------------------
+
+    async def _tool_runner(self) -> None:
+        """Take awaited calls of this worker's tools, up to ``tool_concurrency`` at once, on
+        every notice that tasks began waiting and at least every ``poll_secs``."""
+        names = sorted(self.tools)
+        while not self._stopping:
+            room = self.options.tool_concurrency - len(self._tool_jobs)
+            if room > 0:
+                try:
+                    work = await take_tool_calls(
+                        await self.queue.runtime(),
+                        names,
+                        self.id,
+                        room,
+                        self.options.tool_lease_secs,
+                    )
+                except AgentQueueError as exc:
+                    log.warning("taking tool calls failed: %s", exc)
+                    work = []
+                for item in work:
+                    job = asyncio.create_task(self._run_tool(item))
+                    self._tool_jobs.add(job)
+                    job.add_done_callback(self._tool_done)
+                if len(work) == room:
+                    continue  # there may be more
+            await wait_event(self._tool_wake, self.options.poll_secs)
+            self._tool_wake.clear()
+
+    def _tool_done(self, job: asyncio.Task[None]) -> None:
+        self._tool_jobs.discard(job)
+        self._tool_wake.set()
+
+    async def _run_tool(self, work: ToolWork) -> None:
+        fn = self.tools[work.name]
+        self.stats["tool_calls"] += 1
+        try:
+            if _is_async_fn(fn):
+                value = await fn(work.args)
+            else:
+                value = await asyncio.get_running_loop().run_in_executor(None, fn, work.args)
+        except Exception as exc:  # the tool's failure is the call's answer
+            value = {"error": f"{type(exc).__name__}: {exc}"[:2000]}
+        try:
+            await self.queue.submit_tool_result(work.task_id, work.call_id, value, actor=self.id)
+        except AgentQueueError as exc:  # not awaited any more (timed out, cancelled)
+            log.info("result of tool call %s of task %s not taken: %s", work.call_id,
+                     work.task_id, exc)  # fmt: skip
+
+    # --- preemption ----------------------------------------------------------------------------
+
+    def _preempt_for_p0(self) -> None:
+        """A P0 task is queued: if every slot of an executor is busy, ask its longest-running
+        task of low enough priority that has run long enough to yield (R11)."""
+        if not self.options.preempt:
+            return
+        now = self.queue.clock.now()
+        for executor in self.executors:
+            mine = [r for r in self._running.values() if r.executor is executor]
+            if len(mine) < executor.max_concurrent or any(r.control.yielding.is_set()
+                                                          for r in mine):  # fmt: skip
+                continue
+            candidates = [
+                r
+                for r in mine
+                if r.task.priority >= self.options.preempt_min_priority
+                and r.task.started_at is not None
+                and (now - r.task.started_at).total_seconds() > self.options.preempt_after_secs
+            ]
+            if candidates:
+                victim = min(candidates, key=lambda r: (-r.task.priority, r.task.started_at))
+                log.info("asking task %s (P%d) to yield its slot to a P0 task", victim.task.id,
+                         victim.task.priority)  # fmt: skip
+                victim.control.request_yield()
 
     def _scheduler_wake(self) -> None:
         if self.scheduler is not None:
