@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import sys
 from pathlib import Path
 
+import pytest
 from worker_helpers import executions, wait_for
 
 from agentqueue import AsyncQueue, TaskState
@@ -98,3 +100,41 @@ async def test_a_p0_task_takes_the_slot_of_a_long_background_task(
     assert runs[0] == "run-from-0" and len(runs) == 2 and runs[1] != "run-from-0"
     actions = [e.action for e in await live_queue.events(background.id)]
     assert "preempt" in actions and "fail" not in actions
+
+
+@pytest.fixture
+def agent_config(tmp_path: Path, config_file: Path) -> Path:
+    """The workers' config plus the example resumable command agent."""
+    agent = Path(__file__).parents[2] / "examples" / "agents" / "tool_agent.py"
+    config = tmp_path / "agents.toml"
+    config.write_text(
+        config_file.read_text()
+        + f"""
+workdir = "{tmp_path / "runs"}"
+
+[agents.researcher]
+command = ["{sys.executable}", "{agent}"]
+task_types = ["research"]
+"""
+    )
+    return config
+
+
+async def test_a_command_agent_resumes_from_its_checkpoint_each_step_once(
+    db_url: str, start_worker, agent_config: Path
+) -> None:
+    config = agent_config
+    async with AsyncQueue(db_url, config=config) as queue:
+        made = await queue.submit(title="look into login", task_type="research")
+        start_worker("--concurrency", "2", config=config)
+        await wait_for(queue, lambda c: c[S.COMPLETED] == 1, within=60, what="completion")
+        task = await queue.get(made.task.id)
+        assert task.result == {
+            "found": [{"hits": [f"result for {q}"]}
+                      for q in ("login bug", "session timeout", "password reset")]
+        }  # fmt: skip
+        assert task.checkpoint == {"step": 3} and task.retry_count == 0
+        assert [c["name"] for c in task.tool_calls] == ["search"] * 3
+        stderr = "".join(r.text for r in await queue.logs(task.id) if r.stream == "stderr")
+        for step in (1, 2, 3):
+            assert stderr.count(f"step {step}:") == 1, stderr

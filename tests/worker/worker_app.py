@@ -117,3 +117,9 @@ async def background(task: Task, ctx: TaskContext) -> dict[str, Any]:
 async def urgent(task: Task, ctx: TaskContext) -> dict[str, Any]:
     record(task, "urgent")
     return {"idempotency_key": ctx.idempotency_key}
+
+
+@queue.tool("search")
+def search(args: dict[str, Any]) -> dict[str, Any]:
+    """A plain-function tool (run in a thread): what the example command agent asks for."""
+    return {"hits": [f"result for {args['q']}"]}
