@@ -43,6 +43,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("agentqueue.worker")
 
 SHUTDOWN = "the worker is shutting down"
+PREEMPT_SETTLE_SECS = 0.2
+"""How long a busy worker waits, on news of a queued P0 task, before preempting for it."""
 
 
 def _is_async_fn(fn: Callable[..., Any]) -> bool:
@@ -139,6 +141,7 @@ class Worker:
         self._tool_wake = asyncio.Event()
         self._tool_jobs: set[asyncio.Task[None]] = set()
         self._probe: asyncio.Task[None] | None = None
+        self._preempting: asyncio.Task[None] | None = None
         self._probe_again = False
         self._stopping = False
         self._grace: float = options.grace_secs
@@ -215,6 +218,8 @@ class Worker:
         finally:
             if self._probe is not None:
                 background.append(self._probe)
+            if self._preempting is not None:
+                background.append(self._preempting)
             background.extend(self._tool_jobs)
             for job in background:
                 job.cancel()
@@ -593,9 +598,30 @@ class Worker:
 
     def _preempt_for_p0(self) -> None:
         """A P0 task is queued: if every slot of an executor is busy, ask its longest-running
-        task of low enough priority that has run long enough to yield (R11)."""
-        if not self.options.preempt:
+        task of low enough priority that has run long enough to yield (R11). A moment's wait
+        first: if a worker with a free slot claims the P0 task meanwhile, nothing is
+        preempted (several busy workers hear of the same task)."""
+        if not self.options.preempt or self._victims() == []:
             return
+        if self._preempting is None or self._preempting.done():
+            self._preempting = asyncio.create_task(self._preempt_if_still_queued())
+
+    async def _preempt_if_still_queued(self) -> None:
+        await asyncio.sleep(PREEMPT_SETTLE_SECS)
+        try:
+            hints = await self.queue.store.work_hints(self.queue.clock.now())
+        except AgentQueueError:
+            return
+        if hints.p0_queued:
+            for victim in self._victims():
+                log.info("asking task %s (P%d) to yield its slot to a P0 task", victim.task.id,
+                         victim.task.priority)  # fmt: skip
+                victim.control.request_yield()
+
+    def _victims(self) -> list[_Running]:
+        """For each executor with every slot busy and none yielding yet: its task to preempt,
+        if one is of low enough priority and has run long enough."""
+        victims = []
         now = self.queue.clock.now()
         for executor in self.executors:
             mine = [r for r in self._running.values() if r.executor is executor]
@@ -610,10 +636,8 @@ class Worker:
                 and (now - r.task.started_at).total_seconds() > self.options.preempt_after_secs
             ]
             if candidates:
-                victim = min(candidates, key=lambda r: (-r.task.priority, r.task.started_at))
-                log.info("asking task %s (P%d) to yield its slot to a P0 task", victim.task.id,
-                         victim.task.priority)  # fmt: skip
-                victim.control.request_yield()
+                victims.append(min(candidates, key=lambda r: (-r.task.priority, r.task.started_at)))
+        return victims
 
     def _scheduler_wake(self) -> None:
         if self.scheduler is not None:

@@ -485,7 +485,9 @@ class SQLiteStore:
         self._reader = _Conn(self.path, busy_timeout_ms, synchronous)
         self._write_lock = asyncio.Lock()
         self._own_commits = 0
-        """Commits of this store's own writer (its listeners see them like any other)."""
+        """Commits of this store's own writer (its listeners see them like any other)..."""
+        self._lease_commits = 0
+        """...of which lease renewals: the one write an idle process makes."""
 
     async def open(self, *, migrate: bool = True) -> None:
         """Create the file if needed and migrate."""
@@ -780,7 +782,7 @@ class SQLiteStore:
 
         async def notices() -> AsyncIterator[Notice]:
             last = version()
-            own = self._own_commits
+            own, renewals = self._own_commits, self._lease_commits
             loop = asyncio.get_running_loop()
             changed_at = loop.time()
             while True:
@@ -791,14 +793,14 @@ class SQLiteStore:
                 current = version()
                 if current != last:
                     last = current
-                    # Every change is announced; only one this process did not make itself (a
-                    # lease renewal, say) switches to fast looking, so an idle worker stays idle.
-                    if self._own_commits == own:
+                    # Every change is announced. A change that may be only this process's own
+                    # lease renewal does not switch to fast looking, so an idle worker stays
+                    # idle; any other switches it.
+                    mine = self._own_commits - own
+                    if mine == 0 or mine != self._lease_commits - renewals:
                         changed_at = loop.time()
-                    own = self._own_commits
                     yield Notice(CHANNEL_CHANGED)
-                else:
-                    own = self._own_commits
+                own, renewals = self._own_commits, self._lease_commits
 
         try:
             yield notices()
@@ -861,6 +863,7 @@ class SQLiteStore:
             "expires_at": to_micros(now + timedelta(seconds=ttl_secs)),
         }
         row = await self._write(lambda c: c.execute(Q["lead"], params).fetchone())
+        self._lease_commits += 1
         return None if row is None else int(row[0])
 
     async def resign(self, name: str, holder: str) -> None:
