@@ -1,9 +1,10 @@
 """Drain: preload N no-op tasks, then one worker process drains them.
 
-agentqueue runs on PostgreSQL and on SQLite: this process preloads with submit_many (then
-ANALYZE on PostgreSQL), then starts a worker process (a no-op async handler, concurrency 100),
-which times itself from worker start until every task is completed and recorded. The peers do the
-same work with their own drivers (``benchmarks/peers/``), run by the ``.peers/`` interpreter.
+agentqueue runs on PostgreSQL and on SQLite: this process preloads with submit_many (and, in
+the second pass, gathers statistics), then starts a worker process (a no-op async handler,
+concurrency 500), which times itself from worker start until every task is completed and
+recorded. The peers do the same work with their own drivers (``benchmarks/peers/``), run by
+the ``.peers/`` interpreter.
 """
 
 from __future__ import annotations
