@@ -207,6 +207,9 @@ def plan(
     return Plan(chosen, left, room)
 
 
+MAX_TENANTS = 1000
+"""Tenants with waiting work weighed in one admission pass."""
+
 CANDIDATES_PER_TENANT = 200
 """Candidates read per priority level per tenant beyond the room the cap leaves."""
 
@@ -238,7 +241,8 @@ async def admit_limited(rt: Runtime, limit: int) -> list[UUID]:
         configured = sorted({*policy.agent_by_type, *policy.type_limits})
         skip = [*paused, *full_types(policy, load, tokens, configured)]
         per_tenant = min(limit, room + CANDIDATES_PER_TENANT)
-        candidates = await tx.admission_candidates(now, per_tenant, skip)
+        tenants = await tx.pending_tenants(MAX_TENANTS)
+        candidates = await tx.admission_candidates(now, tenants, per_tenant, skip)
         chosen = plan(candidates, load, tokens, policy, now, limit)
         admitted = await tx.admit_ids(chosen.ids, now, event)
         if names:

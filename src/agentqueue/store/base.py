@@ -288,10 +288,14 @@ class Tx(Protocol):
         ...
 
     async def admission_candidates(
-        self, now: datetime, per_tenant: int, skip_types: Sequence[str] = ()
+        self,
+        now: datetime,
+        tenants: Sequence[str],
+        per_tenant: int,
+        skip_types: Sequence[str] = (),
     ) -> list[Candidate]:
-        """Up to ``per_tenant`` admissible pending tasks of each priority level of each tenant,
-        in claim order within each; ``skip_types`` (paused or full) left out."""
+        """Up to ``per_tenant`` admissible pending tasks of each priority level of each of
+        ``tenants``, in claim order within each; ``skip_types`` (paused or full) left out."""
         ...
 
     async def rate_buckets(self, names: Sequence[str]) -> dict[str, Bucket]:

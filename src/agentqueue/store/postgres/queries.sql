@@ -432,18 +432,10 @@ WITH RECURSIVE tenants(tenant) AS (
 SELECT tenant FROM tenants WHERE tenant IS NOT NULL LIMIT %(limit)s
 
 -- name: admission_candidates
--- The best admissible tasks of every tenant: up to %(per_tenant)s of each priority level of each
--- tenant with pending work (tenants found by skipping through the index, not by a scan).
-WITH RECURSIVE tenants(tenant) AS (
-    (SELECT tenant FROM aq_tasks WHERE state = 'pending' ORDER BY tenant LIMIT 1)
-    UNION ALL
-    SELECT (SELECT t.tenant FROM aq_tasks t
-            WHERE t.state = 'pending' AND t.tenant > tenants.tenant
-            ORDER BY t.tenant LIMIT 1)
-    FROM tenants WHERE tenants.tenant IS NOT NULL
-)
+-- The best admissible tasks of the given tenants (see pending_tenants): up to %(per_tenant)s of
+-- each priority level of each.
 SELECT c.id, c.tenant, c.task_type, c.assignee, c.priority, c.eligible_at, c.seq
-FROM tenants
+FROM unnest(%(tenants)s::text[]) AS tenants(tenant)
 CROSS JOIN generate_series(0, 9) AS lv(priority)
 CROSS JOIN LATERAL (
     SELECT id, tenant, task_type, assignee, priority, eligible_at, seq FROM aq_tasks q
@@ -453,7 +445,6 @@ CROSS JOIN LATERAL (
     ORDER BY q.eligible_at, q.seq
     LIMIT %(per_tenant)s
 ) c
-WHERE tenants.tenant IS NOT NULL
 
 -- name: rate_buckets
 SELECT name, tokens, updated_at FROM aq_rate_buckets WHERE name = ANY(%(names)s::text[])

@@ -135,10 +135,19 @@ class PostgresTx:
         ]
 
     async def admission_candidates(
-        self, now: datetime, per_tenant: int, skip_types: Sequence[str] = ()
+        self,
+        now: datetime,
+        tenants: Sequence[str],
+        per_tenant: int,
+        skip_types: Sequence[str] = (),
     ) -> list[Candidate]:
-        """The heads of every tenant's priority levels."""
-        params = {"now": now, "per_tenant": per_tenant, "skip_types": list(skip_types)}
+        """The heads of the tenants' priority levels."""
+        params = {
+            "now": now,
+            "tenants": list(tenants),
+            "per_tenant": per_tenant,
+            "skip_types": list(skip_types),
+        }
         cur = await self._conn.execute(Q["admission_candidates"], params, prepare=True)
         names = ("id", "tenant", "task_type", "assignee", "priority", "eligible_at", "seq")
         return [Candidate(*(r[n] for n in names)) for r in await cur.fetchall()]

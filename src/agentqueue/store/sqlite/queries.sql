@@ -338,18 +338,10 @@ WITH RECURSIVE tenants(tenant) AS (
 SELECT tenant FROM tenants WHERE tenant IS NOT NULL LIMIT :limit
 
 -- name: admission_candidates
--- The best admissible tasks of every tenant: up to :per_tenant of each priority level of each
--- tenant with pending work (tenants found by skipping through the index, not by a scan).
-WITH RECURSIVE tenants(tenant) AS (
-    SELECT (SELECT tenant FROM aq_tasks WHERE state = 'pending' ORDER BY tenant LIMIT 1)
-    UNION ALL
-    SELECT (SELECT t.tenant FROM aq_tasks t
-            WHERE t.state = 'pending' AND t.tenant > tenants.tenant
-            ORDER BY t.tenant LIMIT 1)
-    FROM tenants WHERE tenants.tenant IS NOT NULL
-)
+-- The best admissible tasks of the given tenants (see pending_tenants): up to :per_tenant of
+-- each priority level of each.
 SELECT c.id, c.tenant, c.task_type, c.assignee, c.priority, c.eligible_at, c.seq
-FROM tenants
+FROM (SELECT value AS tenant FROM json_each(:tenants)) AS tenants
 JOIN (VALUES (0), (1), (2), (3), (4), (5), (6), (7), (8), (9)) AS lv
 JOIN aq_tasks AS c ON c.seq IN (
     SELECT q.seq FROM aq_tasks AS q
@@ -358,7 +350,6 @@ JOIN aq_tasks AS c ON c.seq IN (
       AND q.task_type NOT IN (SELECT value FROM json_each(:skip_types))
     ORDER BY q.eligible_at, q.seq
     LIMIT :per_tenant)
-WHERE tenants.tenant IS NOT NULL
 
 -- name: rate_buckets
 SELECT name, tokens, updated_at FROM aq_rate_buckets

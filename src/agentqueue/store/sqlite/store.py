@@ -282,11 +282,16 @@ class SQLiteTx:
         return await self._conn.run(run)
 
     async def admission_candidates(
-        self, now: datetime, per_tenant: int, skip_types: Sequence[str] = ()
+        self,
+        now: datetime,
+        tenants: Sequence[str],
+        per_tenant: int,
+        skip_types: Sequence[str] = (),
     ) -> list[Candidate]:
-        """The heads of every tenant's priority levels."""
+        """The heads of the tenants' priority levels."""
         params = {
             "now": to_micros(now),
+            "tenants": _dump(list(tenants)),
             "per_tenant": per_tenant,
             "skip_types": _dump(list(skip_types)),
         }
