@@ -5,7 +5,7 @@ between tenants, and pausing a task type."""
 from __future__ import annotations
 
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,8 @@ from agentqueue.service.execution import Outcome, OutcomeKind
 
 S = TaskState
 AgentConf = dict[str, Any]
+OpenQueue = Callable[..., Awaitable[AsyncQueue]]
+"""Opens a queue on the test's database with the given settings."""
 
 
 def agent(task_types: list[str], cap: int, **more: Any) -> AgentConf:
@@ -27,9 +29,7 @@ def agent(task_types: list[str], cap: int, **more: Any) -> AgentConf:
 
 
 @pytest.fixture
-async def limited(
-    db_url: str, clock: ManualClock
-) -> AsyncIterator[Callable[..., AsyncIterator[AsyncQueue]]]:
+async def limited(db_url: str, clock: ManualClock) -> AsyncIterator[OpenQueue]:
     """Open queues on the test database with the given settings."""
     opened: list[AsyncQueue] = []
 
@@ -39,7 +39,7 @@ async def limited(
         opened.append(queue)
         return queue
 
-    yield make  # type: ignore[misc]
+    yield make
     for queue in opened:
         await queue.close()
 
@@ -57,7 +57,7 @@ async def admitted_titles(queue: AsyncQueue) -> list[str]:
 
 
 async def test_aged_p5_is_admitted_like_p2_and_the_p0_lane_still_goes_first(
-    limited: Any, clock: ManualClock
+    limited: OpenQueue, clock: ManualClock
 ) -> None:
     queue = await limited(admission={"max_active": 1})
     await queue.submit(title="old P5", task_type="docs", priority=5)
@@ -75,7 +75,7 @@ async def test_aged_p5_is_admitted_like_p2_and_the_p0_lane_still_goes_first(
     assert order == ["P0", "old P5", "new P2", "new P3"]
 
 
-async def test_the_global_cap_counts_queued_and_executing_work(limited: Any) -> None:
+async def test_the_global_cap_counts_queued_and_executing_work(limited: OpenQueue) -> None:
     queue = await limited(admission={"max_active": 3})
     await queue.submit_many([{"title": f"t{i}", "task_type": "docs"} for i in range(10)])
     assert len(await queue.admit()) == 3
@@ -89,7 +89,7 @@ async def test_the_global_cap_counts_queued_and_executing_work(limited: Any) -> 
 
 
 async def test_agent_cap_counts_a_retried_task_like_a_new_one(
-    limited: Any, clock: ManualClock
+    limited: OpenQueue, clock: ManualClock
 ) -> None:
     queue = await limited(
         agents={"fixer": agent(["bugfix"], 2)}, retry={"base": 1.0, "cap_secs": 1, "jitter": 0}
@@ -116,7 +116,7 @@ async def test_agent_cap_counts_a_retried_task_like_a_new_one(
     assert len(active.items) == 2
 
 
-async def test_an_explicit_assignee_counts_against_that_agents_cap(limited: Any) -> None:
+async def test_an_explicit_assignee_counts_against_that_agents_cap(limited: OpenQueue) -> None:
     queue = await limited(agents={"a": agent(["review"], 1), "b": agent(["docs"], 1)})
     await queue.submit(title="for b", task_type="review", assignee="b")
     await queue.submit(title="docs", task_type="docs")
@@ -126,7 +126,7 @@ async def test_an_explicit_assignee_counts_against_that_agents_cap(limited: Any)
 
 
 async def test_ten_per_minute_admits_thirty_tasks_never_more_than_ten_in_any_minute(
-    limited: Any, clock: ManualClock
+    limited: OpenQueue, clock: ManualClock
 ) -> None:
     queue = await limited(
         rate_limits={"llm": {"per_minute": 10}}, task_types={"review": {"rate_limit": "llm"}}
@@ -145,7 +145,9 @@ async def test_ten_per_minute_admits_thirty_tasks_never_more_than_ten_in_any_min
     assert times[-1] <= 180  # and none held back longer than the rate requires
 
 
-async def test_a_rate_limit_is_shared_by_every_scheduler(limited: Any, clock: ManualClock) -> None:
+async def test_a_rate_limit_is_shared_by_every_scheduler(
+    limited: OpenQueue, clock: ManualClock
+) -> None:
     conf = {
         "rate_limits": {"llm": {"per_minute": 6, "burst": 2}},
         "agents": {"writer": agent(["docs"], 100, rate_limit="llm")},
@@ -158,7 +160,7 @@ async def test_a_rate_limit_is_shared_by_every_scheduler(limited: Any, clock: Ma
     assert len(await two.admit()) + len(await one.admit()) == 1
 
 
-async def test_a_small_tenant_is_not_starved_by_a_large_backlog(limited: Any) -> None:
+async def test_a_small_tenant_is_not_starved_by_a_large_backlog(limited: OpenQueue) -> None:
     queue = await limited(admission={"max_active": 4})
     await queue.submit_many(
         [{"title": f"a{i}", "task_type": "docs", "tenant": "a"} for i in range(1000)]
@@ -178,7 +180,7 @@ async def test_a_small_tenant_is_not_starved_by_a_large_backlog(limited: Any) ->
     assert len(b_positions) == 10 and max(b_positions) < a_100th
 
 
-async def test_tenant_weights_share_admissions_in_proportion(limited: Any) -> None:
+async def test_tenant_weights_share_admissions_in_proportion(limited: OpenQueue) -> None:
     queue = await limited(admission={"max_active": 30, "tenant_weights": {"big": 2}})
     for tenant in ("big", "small"):
         await queue.submit_many(
@@ -189,7 +191,7 @@ async def test_tenant_weights_share_admissions_in_proportion(limited: Any) -> No
     assert sum(t.tenant == "big" for t in admitted) == 20
 
 
-async def test_priority_beats_fair_share(limited: Any) -> None:
+async def test_priority_beats_fair_share(limited: OpenQueue) -> None:
     queue = await limited(admission={"max_active": 2})
     await queue.submit_many(
         [{"title": f"a{i}", "task_type": "docs", "tenant": "a", "priority": 2} for i in range(3)]
@@ -200,7 +202,7 @@ async def test_priority_beats_fair_share(limited: Any) -> None:
 
 @pytest.mark.parametrize("limits", [False, True], ids=["unlimited", "limited"])
 async def test_a_paused_type_is_neither_admitted_nor_claimed_until_resumed(
-    limited: Any, limits: bool
+    limited: OpenQueue, limits: bool
 ) -> None:
     queue = await limited(admission={"max_active": 100} if limits else {})
     early = await queue.submit(title="queued before the pause", task_type="deploy")
@@ -227,7 +229,7 @@ async def test_a_paused_type_is_neither_admitted_nor_claimed_until_resumed(
     assert {t.id for t in claimed} == {early.task.id, late.task.id}
 
 
-async def test_pause_refuses_a_bad_type_name(limited: Any) -> None:
+async def test_pause_refuses_a_bad_type_name(limited: OpenQueue) -> None:
     queue = await limited()
     with pytest.raises(InvalidInput) as caught:
         await queue.pause("not a type!", actor="oncall")
@@ -235,7 +237,7 @@ async def test_pause_refuses_a_bad_type_name(limited: Any) -> None:
     assert await queue.paused() == []
 
 
-async def test_caps_hold_with_two_schedulers_admitting_at_once(limited: Any) -> None:
+async def test_caps_hold_with_two_schedulers_admitting_at_once(limited: OpenQueue) -> None:
     import asyncio
 
     conf = {"admission": {"max_active": 5}, "agents": {"fixer": agent(["bugfix"], 3)}}

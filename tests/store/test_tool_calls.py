@@ -102,8 +102,8 @@ async def test_tool_runners_take_each_call_once_until_their_lease_lapses(
     for i in range(6):
         await queue.submit(title=f"t{i}", task_type="agent")
     await queue.admit()
-    for _ in range(6):
-        await wait_on_tool(queue, name="search" if _ % 2 == 0 else "fetch")
+    for i in range(6):
+        await wait_on_tool(queue, name="search" if i % 2 == 0 else "fetch")
     rt = await queue.runtime()
     one, two = await asyncio.gather(
         take_tool_calls(rt, ["search"], "r1", 10, lease_secs=60),

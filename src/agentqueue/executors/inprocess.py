@@ -203,7 +203,8 @@ class TaskContext:
             return (LogChunk("log", "\n".join(self._lines), self._truncated),)
 
 
-def _is_async(fn: Callable[..., Any]) -> bool:
+def is_async_callable(fn: Callable[..., Any]) -> bool:
+    """Whether calling ``fn`` gives a coroutine (an async function, partial or callable)."""
     target = fn.func if isinstance(fn, functools.partial) else fn
     return inspect.iscoroutinefunction(target) or inspect.iscoroutinefunction(
         getattr(target, "__call__", None)  # noqa: B004 - an async callable object
@@ -239,7 +240,7 @@ class HandlerExecutor:
         handler = self._handlers[task.task_type]
         own = task.evolve(payload=copy.deepcopy(task.payload))
         ctx = TaskContext(own, control, lambda: self._request_heartbeat(task.id))
-        if _is_async(handler):
+        if is_async_callable(handler):
             return await self._run_async(handler, own, ctx, control)
         return await self._run_in_thread(handler, own, ctx, control)
 

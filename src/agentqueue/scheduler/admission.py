@@ -127,6 +127,18 @@ class Plan:
     ids: list[UUID]
     tokens: dict[str, float]
     room: int
+    limits: dict[UUID, tuple[str, ...]] = field(default_factory=dict)
+    """The rate limits each chosen task took a token from."""
+
+    def refund(self, written: Sequence[UUID]) -> dict[str, float]:
+        """The buckets after the admissions that were written (a chosen task that left
+        pending meanwhile spends no token)."""
+        left = dict(self.tokens)
+        for task_id in set(self.ids) - set(written):
+            for name in self.limits.get(task_id, ()):
+                left[name] += 1.0
+        return left
+
     """How many more the global cap (or the batch) allowed when planning began."""
 
 
@@ -187,6 +199,7 @@ def plan(
     heap = [entry(tenant) for tenant in queues]
     heapq.heapify(heap)
     chosen: list[UUID] = []
+    took: dict[UUID, tuple[str, ...]] = {}
     while heap and len(chosen) < room:
         _, tenant = heapq.heappop(heap)
         _, c = queues[tenant].pop()
@@ -197,6 +210,7 @@ def plan(
         )
         if fits:
             chosen.append(c.id)
+            took[c.id] = limits
             served[tenant] += 1
             if agent is not None:
                 agents[agent] += 1
@@ -204,7 +218,7 @@ def plan(
                 left[name] -= 1.0
         if queues[tenant]:
             heapq.heappush(heap, entry(tenant))
-    return Plan(chosen, left, room)
+    return Plan(chosen, left, room, took)
 
 
 MAX_TENANTS = 1000
@@ -246,14 +260,6 @@ async def admit_limited(rt: Runtime, limit: int) -> list[UUID]:
         chosen = plan(candidates, load, tokens, policy, now, limit)
         admitted = await tx.admit_ids(chosen.ids, now, event)
         if names:
-            # A token is spent only by an admission that was written.
-            spent = set(admitted)
-            left = dict(tokens)
-            for c in candidates:
-                if c.id in spent:
-                    for name in policy.limits_of(
-                        c.task_type, policy.agent_of(c.task_type, c.assignee)
-                    ):
-                        left[name] -= 1.0  # fmt: skip
+            left = chosen.refund(admitted)
             await tx.save_rate_buckets({name: Bucket(left[name], now) for name in names})
         return admitted

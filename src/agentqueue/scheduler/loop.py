@@ -14,27 +14,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from ..domain.errors import AgentQueueError
 from ..service.runtime import Runtime
 from ..store.base import CHANNEL_PENDING
+from ..wakeups import follow, wait_event
 from .leader import Leadership
-from .steps import TickReport, tick
+from .steps import tick
 
 log = logging.getLogger("agentqueue.scheduler")
 
 PeriodicStep = tuple[Callable[[Runtime], Awaitable[object]], float | None]
 """A step and its interval in seconds (None: every ``tick_secs``)."""
-
-
-async def wait_event(event: asyncio.Event, timeout_secs: float) -> bool:
-    """Wait for ``event`` at most ``timeout_secs``; True if it was set.
-
-    Not ``asyncio.wait_for``: on Python 3.11 it can hang a task that is cancelled just as the
-    event is set, which is exactly how a loop stops.
-    """
-    try:
-        async with asyncio.timeout(timeout_secs):
-            await event.wait()
-    except TimeoutError:
-        return False
-    return True
 
 
 class Scheduler:
@@ -59,8 +46,6 @@ class Scheduler:
         self.min_gap_secs = min_gap_secs
         self.periodic = list(periodic)
         self._last_run: dict[int, float] = {}
-        self.ticks = 0
-        self.last_report: TickReport | None = None
 
     @property
     def leading(self) -> bool:
@@ -75,19 +60,18 @@ class Scheduler:
         periodic = asyncio.create_task(self._periodic_loop())
         settings = self.rt.settings.scheduler
         push = self.rt.store.push_notifications
-        throttle = not push
         try:
             woken = False
             while True:
                 more = False
-                if await self._lead():
+                if await self.leadership.hold():  # store errors are logged there
                     # Without push notifications a wake-up is any commit, not news of pending
                     # work: look (one read) before admitting.
                     more = await self._pass(admit_first=woken and push)
                 if more:
                     woken = True  # admission was cut at its batch size: go on at once
                     continue
-                if throttle:
+                if not push:
                     # Without push notifications every commit is a wake-up: space the passes.
                     await asyncio.sleep(self.min_gap_secs)
                 wait = settings.tick_secs if self.leading else settings.renew_secs
@@ -100,21 +84,12 @@ class Scheduler:
             await asyncio.gather(*(j for j in (listener, periodic) if j), return_exceptions=True)
             await asyncio.shield(self.leadership.resign())
 
-    async def _lead(self) -> bool:
-        try:
-            return await self.leadership.hold()
-        except AgentQueueError as exc:
-            log.warning("scheduler lease failed: %s", exc)
-            return False
-
     async def _pass(self, admit_first: bool = False) -> bool:
         try:
             report = await tick(self.rt, admit_first=admit_first)
         except AgentQueueError as exc:
             log.warning("scheduler step failed: %s", exc)
             return False
-        self.ticks += 1
-        self.last_report = report
         if report.admitted and self.on_admitted is not None:
             self.on_admitted()
         return report.more
@@ -125,14 +100,13 @@ class Scheduler:
                 await self.run_periodic()
             await asyncio.sleep(self.rt.settings.scheduler.tick_secs)
 
-    async def run_periodic(self, *, all_due: bool = False) -> None:
-        """Run each periodic step whose interval has passed (each one with ``all_due``);
-        a failing one is logged."""
+    async def run_periodic(self) -> None:
+        """Run each periodic step whose interval has passed; a failing one is logged."""
         loop = asyncio.get_running_loop()
         for index, (step, every) in enumerate(self.periodic):
             last = self._last_run.get(index)
             interval = every if every is not None else self.rt.settings.scheduler.tick_secs
-            if not all_due and last is not None and loop.time() - last < interval:
+            if last is not None and loop.time() - last < interval:
                 continue
             self._last_run[index] = loop.time()
             try:
@@ -142,13 +116,6 @@ class Scheduler:
 
     async def _listen(self) -> None:
         """Wake on news of pending work (a standalone scheduler's own listener)."""
-        while True:
-            try:
-                async with self.rt.store.listen((CHANNEL_PENDING,)) as notices:
-                    async for _notice in notices:
-                        self.wake.set()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # the regular pass covers the gap
-                log.warning("scheduler listener lost (%s); reconnecting", exc)
-                await asyncio.sleep(1.0)
+        await follow(
+            self.rt.store, (CHANNEL_PENDING,), lambda _notice: self.wake.set(), "scheduler"
+        )

@@ -77,19 +77,11 @@ async def time_out_tool_calls(rt: Runtime, limit: int = 500) -> list[Task]:
                 Action.TOOL_TIMEOUT,
                 now,
                 actor=ADMITTER,
-                tool_call_id=_awaited_call(t),
                 backoff=policy,
                 spread=rt.spread(),
             ),
         )
     return written
-
-
-def _awaited_call(task: Task) -> str | None:
-    for call in reversed(task.tool_calls):
-        if call.get("state") in (TOOL_WAITING, TOOL_RUNNING):
-            return str(call.get("id"))
-    return None
 
 
 @dataclass(frozen=True)

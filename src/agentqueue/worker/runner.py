@@ -9,7 +9,6 @@ to, it also runs a scheduler (see scheduler.loop), which competes for the leader
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import os
 import socket
@@ -23,7 +22,8 @@ from ..domain.errors import AgentQueueError, ConfigError
 from ..domain.models import LogRecord, Task
 from ..domain.states import Refusal, TaskState
 from ..executors.base import AttemptControl, AttemptEnd, AttemptResult, Executor
-from ..scheduler.loop import Scheduler, wait_event
+from ..executors.inprocess import is_async_callable
+from ..scheduler.loop import Scheduler
 from ..scheduler.steps import PERIODIC_STEPS
 from ..service.execution import Outcome, OutcomeKind
 from ..service.tools import ToolWork, take_tool_calls
@@ -36,6 +36,7 @@ from ..store.base import (
     CHANNELS,
     Notice,
 )
+from ..wakeups import follow, wait_event
 
 if TYPE_CHECKING:
     from ..queue import AsyncQueue
@@ -45,12 +46,6 @@ log = logging.getLogger("agentqueue.worker")
 SHUTDOWN = "the worker is shutting down"
 PREEMPT_SETTLE_SECS = 0.2
 """How long a busy worker waits, on news of a queued P0 task, before preempting for it."""
-
-
-def _is_async_fn(fn: Callable[..., Any]) -> bool:
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
-        getattr(fn, "__call__", None)  # noqa: B004 - an async callable object
-    )
 
 
 def default_worker_id() -> str:
@@ -500,17 +495,8 @@ class Worker:
     # --- notifications ------------------------------------------------------------------------
 
     async def _listen(self) -> None:
-        """Turn notices into wake-ups; reconnect with a pause if the listener drops."""
-        while True:
-            try:
-                async with self.queue.store.listen(CHANNELS) as notices:
-                    async for notice in notices:
-                        self._on_notice(notice)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # the slow poll covers the gap
-                log.warning("listener lost (%s); reconnecting", exc)
-                await asyncio.sleep(1.0)
+        """Turn notices into wake-ups (the slow poll covers a dropped listener)."""
+        await follow(self.queue.store, CHANNELS, self._on_notice, "worker")
 
     def _on_notice(self, notice: Notice) -> None:
         if notice.channel == CHANNEL_REVOKED:
@@ -582,7 +568,7 @@ class Worker:
         fn = self.tools[work.name]
         self.stats["tool_calls"] += 1
         try:
-            if _is_async_fn(fn):
+            if is_async_callable(fn):
                 value = await fn(work.args)
             else:
                 value = await asyncio.get_running_loop().run_in_executor(None, fn, work.args)
