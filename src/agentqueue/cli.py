@@ -292,7 +292,9 @@ def migrate(ctx: click.Context) -> None:
 @click.option("--tenant", help="Owner of the task.")
 @click.option("--source", help="issue, pr, api, cron, manual or mail. Default api.")
 @click.option("--source-id", help="Id at the source, e.g. octo/repo#12 (dedup key).")
-@click.option("--assignee", help="Agent that should do it.")
+@click.option("--assignee", help="Agent that should do it (for mail: the recipient).")
+@click.option("--label", multiple=True, help="Capability the agent must have (repeatable).")
+@click.option("--kind", help="Pipeline: task or mail (default: mail for --source mail).")
 @click.option("--depends-on", multiple=True, help="Task id that must complete first (repeatable).")
 @click.option("--idempotency-key", help="Same key, same task (required for P0).")
 @click.option("--callback-url", help="POSTed the result when the task ends.")
@@ -356,6 +358,7 @@ def _submit_fields(flags: dict[str, Any]) -> dict[str, Any]:
             "source",
             "source_id",
             "assignee",
+            "kind",
             "idempotency_key",
             "callback_url",
             "requested_by",
@@ -364,6 +367,8 @@ def _submit_fields(flags: dict[str, Any]) -> dict[str, Any]:
                 fields[name] = flags[name]
         if flags.get("payload") is not None:
             fields["payload"] = read_json_arg(flags["payload"], "payload")
+        if flags.get("label"):
+            fields["labels"] = list(flags["label"])
         if flags.get("depends_on"):
             fields["depends_on"] = [
                 str(parse_task_id(d, "depends_on")) for d in flags["depends_on"]
@@ -499,6 +504,32 @@ def _person_action(name: str, verb: str) -> Callable[..., None]:
 
 main.command("cancel", help="Cancel a task that has not ended.")(
     _person_action("cancel", "cancelled")
+)
+
+
+def _approval(name: str, verb: str) -> Callable[..., None]:
+    @click.argument("task_id", metavar="ID")
+    @click.option("--reason", required=True, help="Why, for the audit log.")
+    @click.option("--json", "as_json", is_flag=True, help="Print the task as JSON.")
+    @click.pass_context
+    def command(ctx: click.Context, task_id: str, reason: str, as_json: bool) -> None:
+        tid = _id(task_id)
+        actor = ctx.find_root().obj["actor"]
+        task = run(ctx, lambda q: getattr(q, name)(tid, actor=actor, reason=reason))
+        if as_json:
+            emit_json(task.to_json())
+        else:
+            click.echo(f"{verb} {task.id} by {actor} (now {task.state.value})")
+
+    return command
+
+
+main.command(
+    "approve",
+    help="Release a task a guardrail holds for approval (approvers only; --actor says who).",
+)(_approval("approve", "approved"))
+main.command("reject", help="Cancel a task a guardrail holds for approval (approvers only).")(
+    _approval("reject", "rejected")
 )
 
 

@@ -69,6 +69,9 @@ class TaskTypeSettings(_Section):
     timeout_secs: int | None = Field(default=None, ge=1, le=7 * 86_400)
     rate_limit: str | None = None
     """The name of a ``[rate_limits.NAME]`` bucket every task of this type draws from."""
+    broadcast: int = Field(default=0, ge=0, le=100)
+    """Deliver each task of this type that names no assignee to at most this many capable
+    agents, one task each (0, the default: never broadcast; routing picks one agent)."""
 
 
 class RateLimitSettings(_Section):
@@ -154,6 +157,10 @@ class AgentSettings(_Section):
 
     command: list[str] = Field(min_length=1)
     task_types: list[str] = Field(min_length=1)
+    """Capabilities: the task types routing may give it (an explicit assignee may give it
+    any)."""
+    labels: list[str] = Field(default_factory=list)
+    """Capabilities: a task that carries labels goes only to an agent declaring all of them."""
     max_concurrent: int = Field(default=1, ge=1, le=10_000)
     """The agent's cap: at most this many of its tasks admitted at once, over every worker
     (R12); each worker also runs at most this many at once."""
@@ -178,6 +185,61 @@ class AgentSettings(_Section):
             if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
                 raise ValueError(f"{name!r} is not an environment variable name")
         return names
+
+
+class GuardrailSettings(_Section):
+    """A rule that holds matching work in blocked until an approver approves it (R15).
+
+    ``pattern`` is a regular expression (case-insensitive) searched in the title and the
+    payload's JSON text; ``task_types`` and ``priorities``, when given, narrow the rule to
+    those. ``applies_to`` names the kinds it checks (mail is agents talking to each other and
+    is never checked unless named here).
+    """
+
+    name: str = Field(min_length=1, max_length=64)
+    pattern: str = Field(min_length=1, max_length=2000)
+    action: str = "require_approval"
+    applies_to: list[str] = Field(default_factory=lambda: ["task"], min_length=1)
+    task_types: list[str] | None = None
+    priorities: list[int] | None = None
+    approvers: list[str] | None = None
+    """Who may approve work this rule held (default: ``[approval] approvers``)."""
+
+    @field_validator("pattern")
+    @classmethod
+    def _pattern(cls, pattern: str) -> str:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ValueError(f"is not a valid regular expression: {exc}") from None
+        return pattern
+
+    @field_validator("action")
+    @classmethod
+    def _action(cls, action: str) -> str:
+        if action != "require_approval":
+            raise ValueError('must be "require_approval"')
+        return action
+
+    @field_validator("priorities")
+    @classmethod
+    def _priorities(cls, priorities: list[int] | None) -> list[int] | None:
+        if priorities is not None and any(not 0 <= p <= 9 for p in priorities):
+            raise ValueError("must be priorities from 0 to 9")
+        return priorities
+
+
+class ApprovalSettings(_Section):
+    """Who may approve or reject work a guardrail held (R15)."""
+
+    approvers: list[str] = Field(default_factory=list)
+
+
+class PipelineSettings(_Section):
+    """Pipelines per kind (R14): ``task`` and ``mail`` are built in; each module named here is
+    imported and registers its own kinds (see agentqueue.scheduler.pipelines)."""
+
+    modules: list[str] = Field(default_factory=list)
 
 
 class WorkerSettings(_Section):
@@ -255,6 +317,9 @@ class Settings(BaseSettings):
     preemption: PreemptionSettings = Field(default_factory=PreemptionSettings)
     alerts: AlertSettings = Field(default_factory=AlertSettings)
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
+    guardrails: list[GuardrailSettings] = Field(default_factory=list)
+    approval: ApprovalSettings = Field(default_factory=ApprovalSettings)
+    pipelines: PipelineSettings = Field(default_factory=PipelineSettings)
 
     @model_validator(mode="after")
     def _known_rate_limits(self) -> Settings:
@@ -264,6 +329,10 @@ class Settings(BaseSettings):
         for where, limit in named:
             if limit is not None and limit not in self.rate_limits:
                 raise ValueError(f"{where}: no [rate_limits.{limit}] is configured")
+        names = [g.name for g in self.guardrails]
+        for index, name in enumerate(names):
+            if name in names[:index]:
+                raise ValueError(f"guardrails.{index}.name: {name!r} is used by another rule")
         return self
 
     @property

@@ -32,7 +32,7 @@ from .scheduler.leader import LEADERSHIP
 from .scheduler.loop import Scheduler
 from .scheduler.retention import purge_expired_dead_letters
 from .scheduler.steps import PERIODIC_STEPS, TickReport
-from .service import actions, audit, execution, pausing, reads, submit
+from .service import actions, approvals, audit, execution, pausing, reads, submit
 from .service import schedules as cron_schedules
 from .service import tools as tools_service
 from .service.audit import VerifyReport
@@ -267,13 +267,42 @@ class AsyncQueue:
         """Discard a dead letter (or a task in review) for good."""
         return await self._act(Action.ARCHIVE, task_id, actor, reason)
 
+    async def approve(self, task_id: UUID | str, *, actor: str | None = None, reason: str) -> Task:
+        """Release a task a guardrail holds for approval (to pending); only an approver may
+        (Forbidden otherwise). Audited with who and why."""
+        return await approvals.decide_approval(
+            await self._ready(),
+            parse_task_id(task_id),
+            approve=True,
+            actor=actor or self.actor,
+            reason=reason,
+            tenant=self.tenant,
+        )
+
+    async def reject(self, task_id: UUID | str, *, actor: str | None = None, reason: str) -> Task:
+        """Cancel a task a guardrail holds for approval; only an approver may (Forbidden
+        otherwise). Audited with who and why."""
+        return await approvals.decide_approval(
+            await self._ready(),
+            parse_task_id(task_id),
+            approve=False,
+            actor=actor or self.actor,
+            reason=reason,
+            tenant=self.tenant,
+        )
+
     # --- executors --------------------------------------------------------------------------
 
     async def claim(
-        self, n: int, worker: str, task_types: Sequence[str] | None = None
+        self,
+        n: int,
+        worker: str,
+        task_types: Sequence[str] | None = None,
+        agents: Sequence[str] | None = None,
     ) -> list[Task]:
-        """Claim up to ``n`` queued tasks for ``worker``; each comes with a fresh lock_token."""
-        return await execution.claim(await self._ready(), n, worker, task_types)
+        """Claim up to ``n`` queued tasks for ``worker``; each comes with a fresh lock_token.
+        ``agents``: the agents the claimer runs (a task routed to an agent goes only to it)."""
+        return await execution.claim(await self._ready(), n, worker, task_types, agents)
 
     async def heartbeat(self, leases: Iterable[LeaseLike]) -> HeartbeatReply:
         """Extend leases (Tasks, Leases or (id, lock_token) pairs); report the lost ones."""
@@ -735,6 +764,8 @@ class Queue:
     review = _facade(AsyncQueue.review)
     requeue = _facade(AsyncQueue.requeue)
     archive = _facade(AsyncQueue.archive)
+    approve = _facade(AsyncQueue.approve)
+    reject = _facade(AsyncQueue.reject)
     claim = _facade(AsyncQueue.claim)
     heartbeat = _facade(AsyncQueue.heartbeat)
     finish = _facade(AsyncQueue.finish)

@@ -63,6 +63,12 @@ class TaskSpec(BaseModel):
     source: str = "api"
     source_id: str | None = Field(default=None, min_length=1, max_length=128)
     assignee: str | None = None
+    """The agent that should do it; for mail, the recipient."""
+    labels: tuple[str, ...] = ()
+    """Capabilities the agent that runs it must declare (routing)."""
+    kind: str | None = None
+    """The pipeline it goes through (``task``, ``mail``, or a registered kind); by default the
+    first kind that accepts it (mail for source ``mail``), else ``task``."""
     depends_on: tuple[UUID, ...] = ()
     idempotency_key: str | None = Field(
         default=None, min_length=1, max_length=200, validate_default=True
@@ -94,6 +100,20 @@ class TaskSpec(BaseModel):
     @classmethod
     def _assignee(cls, value: str | None) -> str | None:
         return None if value is None else check_name(value, "assignee")
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if len(value) > 32:
+            raise ValueError("lists more than 32 labels")
+        for label in value:
+            check_name(label, "a label")
+        return tuple(dict.fromkeys(value))
+
+    @field_validator("kind")
+    @classmethod
+    def _kind(cls, value: str | None) -> str | None:
+        return None if value is None else check_name(value, "kind")
 
     @field_validator("source")
     @classmethod

@@ -15,6 +15,7 @@ from agentqueue.domain.models import Task
 from agentqueue.domain.retry import BackoffPolicy, retry_limit
 from agentqueue.domain.states import (
     FENCED_ACTIONS,
+    HOLD_APPROVAL,
     LIVE_STATES,
     TRANSITIONS,
     Action,
@@ -33,6 +34,8 @@ SOURCES: dict[Action, frozenset[TaskState]] = {
     Action.SUBMIT: frozenset(),
     Action.BLOCK: frozenset({S.PENDING}),
     Action.UNBLOCK: frozenset({S.BLOCKED}),
+    Action.APPROVE: frozenset({S.BLOCKED}),
+    Action.REJECT: frozenset({S.BLOCKED}),
     Action.ADMIT: frozenset({S.PENDING}),
     Action.CLAIM: frozenset({S.QUEUED}),
     Action.WAIT_TOOL: frozenset({S.EXECUTING}),
@@ -54,6 +57,8 @@ TARGETS: dict[Action, frozenset[TaskState]] = {
     Action.SUBMIT: frozenset(),
     Action.BLOCK: frozenset({S.BLOCKED}),
     Action.UNBLOCK: frozenset({S.PENDING}),
+    Action.APPROVE: frozenset({S.PENDING}),
+    Action.REJECT: frozenset({S.CANCELLED}),
     Action.ADMIT: frozenset({S.QUEUED}),
     Action.CLAIM: frozenset({S.EXECUTING}),
     Action.WAIT_TOOL: frozenset({S.WAITING_TOOL}),
@@ -231,6 +236,9 @@ def test_every_transition_is_a_table_edge_and_anything_else_a_refusal(
             if action in FENCED_ACTIONS and _fenced_out(before, request):
                 assert outcome.kind is RefusalKind.FENCED
             elif before.state not in SOURCES[action]:
+                assert outcome.kind is RefusalKind.NOT_ALLOWED
+            elif action in (Action.APPROVE, Action.REJECT) and before.hold != HOLD_APPROVAL:
+                # Only a guardrail's hold is released (or rejected) by a person's decision.
                 assert outcome.kind is RefusalKind.NOT_ALLOWED
             else:
                 # From a state the action applies to, only a time condition may refuse it.

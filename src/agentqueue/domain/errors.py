@@ -67,3 +67,7 @@ class StoreError(AgentQueueError):
 
 class Conflict(AgentQueueError):
     """A guarded write lost a race it could not resolve by retrying."""
+
+
+class Forbidden(AgentQueueError):
+    """The actor is not allowed to do this (an approval by someone who is not an approver)."""

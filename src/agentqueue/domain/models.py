@@ -79,6 +79,13 @@ class Task:
     tool_deadline_at: datetime | None = None
     """While waiting_tool: when the awaited tool call times out."""
     approved_by: str | None = None
+    kind: str = "task"
+    """The pipeline the task goes through (R14): ``task``, ``mail`` or a registered kind."""
+    labels: tuple[str, ...] = ()
+    """Capabilities the agent that runs it must declare (routing, R14)."""
+    agent: str | None = None
+    """The agent routing chose when the task was admitted; only that agent's executors claim
+    it (None: any executor serving its task_type)."""
     run_after: datetime | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
@@ -126,7 +133,10 @@ class Task:
             "lock_token": str(self.lock_token) if self.lock_token else None,
             "locked_at": _iso(self.locked_at),
             "heartbeat_at": _iso(self.heartbeat_at),
+            "kind": self.kind,
+            "labels": list(self.labels),
             "assignee": self.assignee,
+            "agent": self.agent,
             "assigned_to": self.assigned_to,
             "depends_on": [str(d) for d in self.depends_on],
             "idempotency_key": self.idempotency_key,

@@ -83,6 +83,8 @@ class Action(StrEnum):
     SUBMIT = "submit"
     BLOCK = "block"
     UNBLOCK = "unblock"
+    APPROVE = "approve"
+    REJECT = "reject"
     ADMIT = "admit"
     CLAIM = "claim"
     WAIT_TOOL = "wait_tool"
@@ -129,11 +131,17 @@ class BulkEvent:
     tail: str
 
 
-def bulk_event(action: Action, at: datetime, actor: str) -> BulkEvent:
+def bulk_event(action: Action, at: datetime, actor: str, agent: str | None = None) -> BulkEvent:
     """The event ``action`` (one of BULK_ACTIONS) writes at ``at``, as decide() would: a claim
-    records its worker (the actor), the others no data."""
+    records its worker (the actor), an admission the agent routing chose (if any), a
+    completion no data."""
     from_state, to_state = BULK_ACTIONS[action]
-    text = data_text({"worker": actor} if action is Action.CLAIM else {})
+    data: dict[str, Any] = {}
+    if action is Action.CLAIM:
+        data = {"worker": actor}
+    elif action is Action.ADMIT and agent is not None:
+        data = {"agent": agent}
+    text = data_text(data)
     tail = hash_tail(at, from_state.value, to_state.value, action.value, actor, "", text)
     return BulkEvent(from_state, to_state, action, actor, "", text, tail)
 
@@ -193,6 +201,10 @@ class Request:
     hold: str | None = None
     """BLOCK: what holds the task (see HOLDS). UNBLOCK: the hold being released; a task held
     for anything else is refused (a dependency step never releases an approval hold)."""
+    rule: str | None = None
+    """BLOCK: the guardrail that asked for approval (recorded in the event)."""
+    agent: str | None = None
+    """ADMIT: the agent routing chose (None: any executor serving the task's type)."""
 
 
 @dataclass(frozen=True)
@@ -380,12 +392,13 @@ def _block(task: Task, request: Request) -> Transition | Refusal:
     hold = request.hold or HOLD_APPROVAL
     if hold not in HOLDS:
         raise ValueError(f"a block's hold must be one of {sorted(HOLDS)}")
+    data = {"hold": hold, **({"rule": request.rule} if request.rule else {})}
     return _edge(
         task,
         request,
         TaskState.BLOCKED,
         {"state_reason": request.reason or "blocked", "hold": hold},
-        data={"hold": hold},
+        data=data,
     )
 
 
@@ -408,12 +421,61 @@ def _unblock(task: Task, request: Request) -> Transition | Refusal:
     )  # fmt: skip
 
 
+def _approval_hold(task: Task, request: Request) -> Refusal | None:
+    if task.state is not TaskState.BLOCKED:
+        return _not_from(task, request)
+    if task.hold != HOLD_APPROVAL:
+        held = task.hold or "an unknown reason"
+        return _refuse(
+            task, request, RefusalKind.NOT_ALLOWED, f"the task is held for {held}, not for approval"
+        )
+    return None
+
+
+def _approve(task: Task, request: Request) -> Transition | Refusal:
+    refused = _approval_hold(task, request)
+    if refused is not None:
+        return refused
+    return _edge(
+        task,
+        request,
+        TaskState.PENDING,
+        {
+            "state_reason": None,
+            "hold": None,
+            "approved_by": request.actor,
+            "eligible_at": max(task.eligible_at, request.now),
+        },
+        data={"approved_by": request.actor},
+    )
+
+
+def _reject(task: Task, request: Request) -> Transition | Refusal:
+    refused = _approval_hold(task, request)
+    if refused is not None:
+        return refused
+    why = f"rejected by {request.actor}" + (f": {request.reason}" if request.reason else "")
+    return _edge(
+        task,
+        request,
+        TaskState.CANCELLED,
+        {"hold": None, "finished_at": request.now, "state_reason": why},
+        data={"rejected_by": request.actor},
+    )
+
+
 def _admit(task: Task, request: Request) -> Transition | Refusal:
     if task.state is not TaskState.PENDING:
         return _not_from(task, request)
     if task.run_after is not None and task.run_after > request.now:
         return _refuse(task, request, RefusalKind.NOT_DUE, f"not before {task.run_after}")
-    return _edge(task, request, TaskState.QUEUED, {"state_reason": None})
+    return _edge(
+        task,
+        request,
+        TaskState.QUEUED,
+        {"state_reason": None, "agent": request.agent},
+        data={"agent": request.agent} if request.agent is not None else {},
+    )
 
 
 def _claim(task: Task, request: Request) -> Transition | Refusal:
@@ -676,6 +738,8 @@ def _cancel(task: Task, request: Request) -> Transition | Refusal:
 _DECIDERS = {
     Action.BLOCK: _block,
     Action.UNBLOCK: _unblock,
+    Action.APPROVE: _approve,
+    Action.REJECT: _reject,
     Action.ADMIT: _admit,
     Action.CLAIM: _claim,
     Action.WAIT_TOOL: _wait_tool,
@@ -698,6 +762,8 @@ _PAST = {
     Action.SUBMIT: "submitted",
     Action.BLOCK: "blocked",
     Action.UNBLOCK: "unblocked",
+    Action.APPROVE: "approved (only a task waiting for approval can)",
+    Action.REJECT: "rejected (only a task waiting for approval can)",
     Action.ADMIT: "admitted",
     Action.CLAIM: "claimed",
     Action.WAIT_TOOL: "moved to waiting_tool",

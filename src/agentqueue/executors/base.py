@@ -134,6 +134,8 @@ class Executor(Protocol):
 
     name: str
     task_types: frozenset[str]
+    agents: frozenset[str]
+    """The configured agents it runs (tasks routed to them are its own); empty for handlers."""
     max_concurrent: int
 
     async def run(self, task: Task, control: AttemptControl) -> AttemptResult:

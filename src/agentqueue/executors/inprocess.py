@@ -224,6 +224,7 @@ class HandlerExecutor:
     ) -> None:
         self._handlers = dict(handlers)
         self.task_types = frozenset(self._handlers)
+        self.agents: frozenset[str] = frozenset()
         self.max_concurrent = max_concurrent
         self._request_heartbeat = request_heartbeat
         self._pool = ThreadPoolExecutor(

@@ -252,6 +252,7 @@ class CommandAgent:
         self.name = name
         self.settings = settings
         self.task_types = frozenset(settings.task_types)
+        self.agents = frozenset({name})
         self.max_concurrent = settings.max_concurrent
         root = Path(settings.workdir) if settings.workdir else Path(workdir_root)
         self.workdir_root = Path(os.path.abspath(root))
@@ -528,6 +529,9 @@ class CommandAgent:
             AGENTQUEUE_TOOL_RESULTS=str(workdir / TOOL_RESULTS_FILE),
             AGENTQUEUE_WORKDIR=str(workdir),
         )
+        if task.idempotency_key:
+            # Irreversible actions (a payment, a deletion) can be made idempotent downstream.
+            env["AGENTQUEUE_IDEMPOTENCY_KEY"] = task.idempotency_key
         return env
 
     # --- outcome --------------------------------------------------------------------------------

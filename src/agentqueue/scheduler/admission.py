@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from uuid import UUID
@@ -27,6 +27,7 @@ from ..domain.states import Action, bulk_event
 from ..service.records import ADMITTER
 from ..service.runtime import Runtime
 from ..store.base import Bucket, Candidate, LoadRow
+from .pipelines import Route
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,9 @@ class AdmissionPolicy:
 
     max_active: int | None = None
     agent_caps: Mapping[str, int] = field(default_factory=dict)
-    agent_by_type: Mapping[str, str] = field(default_factory=dict)
+    """Each configured agent's cap, in configuration order (ties in load go to the first)."""
+    serving: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """The agents that declare each task type."""
     type_limits: Mapping[str, str] = field(default_factory=dict)
     agent_limits: Mapping[str, str] = field(default_factory=dict)
     rates: Mapping[str, RateLimit] = field(default_factory=dict)
@@ -62,10 +65,14 @@ class AdmissionPolicy:
     @classmethod
     def from_settings(cls, settings: Settings) -> AdmissionPolicy:
         """The policy ``settings`` describe."""
+        serving: dict[str, list[str]] = {}
+        for name, agent in settings.agents.items():
+            for task_type in agent.task_types:
+                serving.setdefault(task_type, []).append(name)
         return cls(
             max_active=settings.admission.max_active,
             agent_caps={name: a.max_concurrent for name, a in settings.agents.items()},
-            agent_by_type={t: name for name, a in settings.agents.items() for t in a.task_types},
+            serving={t: tuple(names) for t, names in serving.items()},
             type_limits={n: t.rate_limit for n, t in settings.task_types.items() if t.rate_limit},
             agent_limits={n: a.rate_limit for n, a in settings.agents.items() if a.rate_limit},
             rates={
@@ -77,13 +84,6 @@ class AdmissionPolicy:
             aging_secs=settings.queue.aging_interval_secs,
         )
 
-    def agent_of(self, task_type: str, assignee: str | None) -> str | None:
-        """The agent whose cap a task counts against: its assignee if that is an agent, else
-        the agent serving its type (None for work no agent is configured for)."""
-        if assignee is not None and assignee in self.agent_caps:
-            return assignee
-        return self.agent_by_type.get(task_type)
-
     def limits_of(self, task_type: str, agent: str | None) -> tuple[str, ...]:
         """The rate limits a task of this type, run by this agent, draws a token from."""
         names = [self.type_limits.get(task_type), self.agent_limits.get(agent or "")]
@@ -91,7 +91,7 @@ class AdmissionPolicy:
 
     @property
     def only_global_cap(self) -> bool:
-        """No agent caps and no rate limits: admission is order plus a count."""
+        """No agents and no rate limits: admission is order plus a count."""
         return not self.agent_caps and not self.type_limits and not self.agent_limits
 
     def used_limits(self) -> list[str]:
@@ -108,27 +108,31 @@ class Load:
     by_tenant: Mapping[str, int]
 
     @classmethod
-    def count(cls, rows: Sequence[LoadRow], policy: AdmissionPolicy) -> Load:
+    def count(cls, rows: Sequence[LoadRow]) -> Load:
         """Sum the store's grouped counts by agent and by tenant."""
         by_agent: Counter[str] = Counter()
         by_tenant: Counter[str] = Counter()
         for row in rows:
-            agent = policy.agent_of(row.task_type, row.assignee)
-            if agent is not None:
-                by_agent[agent] += row.count
+            if row.agent is not None:
+                by_agent[row.agent] += row.count
             by_tenant[row.tenant] += row.count
         return cls(sum(by_tenant.values()), by_agent, by_tenant)
 
 
 @dataclass(frozen=True)
 class Plan:
-    """What to admit, in order, and the rate buckets as they stand afterwards."""
+    """What to admit, in order, to which agent, and the rate buckets as they stand afterwards."""
 
     ids: list[UUID]
     tokens: dict[str, float]
     room: int
+    """How many more the global cap (or the batch) allowed when planning began."""
     limits: dict[UUID, tuple[str, ...]] = field(default_factory=dict)
     """The rate limits each chosen task took a token from."""
+    agents: dict[UUID, str | None] = field(default_factory=dict)
+    """The agent routing chose for each chosen task (None: no agent, any executor of its type)."""
+    waiting: dict[UUID, str] = field(default_factory=dict)
+    """Candidates no agent can take, with the reason (they stay pending)."""
 
     def refund(self, written: Sequence[UUID]) -> dict[str, float]:
         """The buckets after the admissions that were written (a chosen task that left
@@ -139,7 +143,12 @@ class Plan:
                 left[name] += 1.0
         return left
 
-    """How many more the global cap (or the batch) allowed when planning began."""
+    def by_agent(self) -> dict[str | None, list[UUID]]:
+        """The chosen ids grouped by agent, each group in admission order."""
+        groups: dict[str | None, list[UUID]] = {}
+        for task_id in self.ids:
+            groups.setdefault(self.agents.get(task_id), []).append(task_id)
+        return groups
 
 
 def capacity(policy: AdmissionPolicy, load: Load, limit: int) -> int:
@@ -152,16 +161,29 @@ def capacity(policy: AdmissionPolicy, load: Load, limit: int) -> int:
 def full_types(
     policy: AdmissionPolicy, load: Load, tokens: Mapping[str, float], task_types: Sequence[str]
 ) -> list[str]:
-    """Task types none of whose tasks can be admitted now (their agent is at its cap, or a rate
-    limit they draw from is empty), so candidates behind them are read instead."""
+    """Task types none of whose tasks (without an assignee) can be admitted now: every agent
+    that declares the type is at its cap or out of tokens, or a rate limit of the type itself is
+    empty; candidates behind them are read instead."""
+
+    def empty(task_type: str, agent: str | None) -> bool:
+        return any(tokens.get(name, 1.0) < 1.0 for name in policy.limits_of(task_type, agent))
+
     full = []
     for task_type in task_types:
-        agent = policy.agent_by_type.get(task_type)
-        at_cap = agent is not None and load.by_agent.get(agent, 0) >= policy.agent_caps[agent]
-        empty = any(tokens.get(name, 1.0) < 1.0 for name in policy.limits_of(task_type, agent))
-        if at_cap or empty:
+        agents = policy.serving.get(task_type, ())
+        if not agents:
+            blocked = empty(task_type, None)
+        else:
+            blocked = all(
+                load.by_agent.get(a, 0) >= policy.agent_caps[a] or empty(task_type, a)
+                for a in agents
+            )
+        if blocked:
             full.append(task_type)
     return full
+
+
+Router = Callable[[Candidate], Route]
 
 
 def plan(
@@ -171,12 +193,16 @@ def plan(
     policy: AdmissionPolicy,
     now: datetime,
     limit: int,
+    route: Router = lambda c: Route.unrouted(),
 ) -> Plan:
-    """Choose up to ``limit`` candidates to admit, best first, within every limit.
+    """Choose up to ``limit`` candidates to admit, best first, within every limit, and the
+    agent each goes to.
 
-    ``tokens`` are the rate buckets refilled to ``now``. Tenants are served from a heap keyed by
-    the rank of their best remaining task (lane, aged priority), then (with fair share) by their
-    admitted work divided by their weight, then by that task's age.
+    ``tokens`` are the rate buckets refilled to ``now``; ``route`` is the candidate's pipeline
+    saying which agents may take it. Tenants are served from a heap keyed by the rank of their
+    best remaining task (lane, aged priority), then (with fair share) by their admitted work
+    divided by their weight, then by that task's age. Among the agents a task may go to, the
+    least loaded (admitted work over its cap) with room and tokens takes it.
     """
     room = capacity(policy, load, limit)
     left = dict(tokens)
@@ -190,27 +216,49 @@ def plan(
         queue.sort(key=lambda item: item[0], reverse=True)  # pop() takes the best
     served = Counter(load.by_tenant)
     agents = Counter(load.by_agent)
+    order = {name: i for i, name in enumerate(policy.agent_caps)}
 
     def entry(tenant: str) -> tuple[tuple[object, ...], str]:
         key = queues[tenant][-1][0]
         share = served[tenant] / policy.weights.get(tenant, 1.0) if policy.fair_share else 0.0
         return (key[0], key[1], share, key[2], key[3]), tenant
 
+    def has_tokens(limits: tuple[str, ...]) -> bool:
+        return all(left.get(name, 0.0) >= 1.0 for name in limits)
+
     heap = [entry(tenant) for tenant in queues]
     heapq.heapify(heap)
     chosen: list[UUID] = []
     took: dict[UUID, tuple[str, ...]] = {}
+    routed: dict[UUID, str | None] = {}
+    waiting: dict[UUID, str] = {}
     while heap and len(chosen) < room:
         _, tenant = heapq.heappop(heap)
         _, c = queues[tenant].pop()
-        agent = policy.agent_of(c.task_type, c.assignee)
-        limits = policy.limits_of(c.task_type, agent)
-        fits = (agent is None or agents[agent] < policy.agent_caps[agent]) and all(
-            left.get(name, 0.0) >= 1.0 for name in limits
-        )
+        r = route(c)
+        agent: str | None = None
+        fits = False
+        if r.agents is None:
+            fits = has_tokens(policy.limits_of(c.task_type, None))
+        elif not r.agents:
+            waiting[c.id] = r.reason
+        else:
+            options = [
+                a
+                for a in r.agents
+                if agents[a] < policy.agent_caps.get(a, 0)
+                and has_tokens(policy.limits_of(c.task_type, a))
+            ]
+            if options:
+                agent = min(
+                    options, key=lambda a: (agents[a] / policy.agent_caps[a], agents[a], order[a])
+                )
+                fits = True
         if fits:
+            limits = policy.limits_of(c.task_type, agent)
             chosen.append(c.id)
             took[c.id] = limits
+            routed[c.id] = agent
             served[tenant] += 1
             if agent is not None:
                 agents[agent] += 1
@@ -218,7 +266,7 @@ def plan(
                 left[name] -= 1.0
         if queues[tenant]:
             heapq.heappush(heap, entry(tenant))
-    return Plan(chosen, left, room, took)
+    return Plan(chosen, left, room, took, routed, waiting)
 
 
 MAX_TENANTS = 1000
@@ -233,7 +281,7 @@ async def admit_limited(rt: Runtime, limit: int) -> list[UUID]:
     best first. One transaction: counts, candidates, buckets and the admissions together."""
     policy = AdmissionPolicy.from_settings(rt.settings)
     now = rt.clock.now()
-    event = bulk_event(Action.ADMIT, now, ADMITTER)
+    event = bulk_event(Action.ADMIT, now, ADMITTER)  # the fast path routes nothing
     paused = sorted(await rt.paused_types())
     async with rt.store.transaction() as tx:
         await tx.lock_admission()
@@ -245,20 +293,31 @@ async def admit_limited(rt: Runtime, limit: int) -> list[UUID]:
                 return []
             if not policy.fair_share or len(await tx.pending_tenants(2)) < 2:
                 return await tx.admit_next(room, now, policy.aging_secs, event, paused)
-        load = Load.count(await tx.active_load(), policy)
+        load = Load.count(await tx.active_load())
         room = capacity(policy, load, limit)
         if room == 0:
             return []
         names = policy.used_limits()
         stored = await tx.rate_buckets(names) if names else {}
         tokens = {name: policy.rates[name].refill(stored.get(name), now) for name in names}
-        configured = sorted({*policy.agent_by_type, *policy.type_limits})
+        configured = sorted({*policy.serving, *policy.type_limits})
         skip = [*paused, *full_types(policy, load, tokens, configured)]
         per_tenant = min(limit, room + CANDIDATES_PER_TENANT)
         tenants = await tx.pending_tenants(MAX_TENANTS)
         candidates = await tx.admission_candidates(now, tenants, per_tenant, skip)
-        chosen = plan(candidates, load, tokens, policy, now, limit)
-        admitted = await tx.admit_ids(chosen.ids, now, event)
+        pipelines = rt.pipelines
+        chosen = plan(
+            candidates, load, tokens, policy, now, limit, lambda c: pipelines.route(c.kind, c)
+        )
+        written: set[UUID] = set()
+        for agent, ids in chosen.by_agent().items():
+            event = bulk_event(Action.ADMIT, now, ADMITTER, agent)
+            written.update(await tx.admit_ids(ids, now, event, agent))
+        admitted = [i for i in chosen.ids if i in written]
+        by_id = {c.id: c for c in candidates}
+        await tx.note_waiting(
+            {i: why for i, why in chosen.waiting.items() if by_id[i].state_reason != why}
+        )
         if names:
             left = chosen.refund(admitted)
             await tx.save_rate_buckets({name: Bucket(left[name], now) for name in names})

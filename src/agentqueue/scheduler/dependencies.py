@@ -14,7 +14,7 @@ from uuid import UUID
 
 from ..domain.models import Task
 from ..domain.states import HOLD_DEPENDENCIES, Action, Request, TaskState
-from ..service.records import ADMITTER, decide_and_apply
+from ..service.records import ADMITTER, block_request, decide_and_apply
 from ..service.runtime import Runtime
 
 BROKEN = frozenset(
@@ -90,5 +90,18 @@ async def _advance_once(rt: Runtime, limit: int) -> tuple[int, int]:
 
         settled = [task for task in ready if verdicts[task.id] is not None]
         written, _ = await decide_and_apply(tx, settled, request)
-    released = sum(1 for t in written if t.state is TaskState.PENDING)
-    return released, len(written) - released
+        released = [t for t in written if t.state is TaskState.PENDING]
+        # The next stage of the task's pipeline (a guardrail) may hold it again at once.
+        holds = {}
+        for task in released:
+            pipeline = rt.pipelines.get(task.kind)
+            hold = pipeline.hold_released(task) if pipeline is not None else None
+            if hold is not None:
+                holds[task.id] = hold
+        if holds:
+            await decide_and_apply(
+                tx,
+                [t for t in released if t.id in holds],
+                lambda task: block_request(holds[task.id], now),
+            )
+    return len(released), len(written) - len(released)

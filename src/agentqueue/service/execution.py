@@ -25,12 +25,17 @@ MAX_RESULT_BYTES = 1024 * 1024
 
 
 async def claim(
-    rt: Runtime, n: int, worker: str, task_types: Sequence[str] | None = None
+    rt: Runtime,
+    n: int,
+    worker: str,
+    task_types: Sequence[str] | None = None,
+    agents: Sequence[str] | None = None,
 ) -> list[Task]:
     """Move up to ``n`` queued tasks to executing for ``worker``, each with a fresh lock_token.
 
     Tasks come in priority order (P0 lane, aged priority, then FIFO); tasks other claimers hold
-    are skipped, never waited for.
+    are skipped, never waited for. With ``agents`` (the claimer runs these agents; empty: it
+    runs none), a task routed to an agent is claimed only by that agent's executors.
     """
     if n < 1:
         raise InvalidInput("must be at least 1", "n")
@@ -50,6 +55,7 @@ async def claim(
         bulk_event(Action.CLAIM, now, worker),
         # Read at most once a second: a pause reaches every worker's claims within that.
         sorted(await rt.paused_types()),
+        agents,
     )
 
 

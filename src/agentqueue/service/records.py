@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from uuid import UUID
 
 from ..domain.alerts import ALERT_KIND, dead_letter_alert
@@ -11,7 +12,6 @@ from ..domain.audit import GENESIS, data_text, event_hash
 from ..domain.errors import Conflict
 from ..domain.models import Event, Task
 from ..domain.states import (
-    HOLD_DEPENDENCIES,
     Action,
     Refusal,
     Request,
@@ -21,6 +21,7 @@ from ..domain.states import (
     decide,
     decide_or_raise,
 )
+from ..scheduler.pipelines import Hold
 from ..store import Change, NewTask, Tx
 from ..store.base import CHANNEL_PENDING, CHANNEL_QUEUED, CHANNEL_REVOKED, CHANNEL_TOOLS, OutboxItem
 
@@ -74,28 +75,31 @@ def stamp(task: Task, transition: Transition) -> Change:
     return Change(task.evolve(**columns), task.state, task.event_seq, event, columns)
 
 
-def new_record(task: Task, actor: str, admit_as: str | None = None) -> NewTask:
+def new_record(
+    task: Task, actor: str, admit_as: str | None = None, hold: Hold | None = None
+) -> NewTask:
     """A new task (state pending) with its creation event, the first link of its chain; then
-    either its block (pending -> blocked) until its dependencies complete, when it has any, or,
-    when ``admit_as`` names the admitting actor, its admission (pending -> queued)."""
+    either its block (pending -> blocked) when its pipeline holds it (``hold``: dependencies,
+    or a guardrail asking for approval), or, when ``admit_as`` names the admitting actor, its
+    admission (pending -> queued)."""
     transition = creation(task, actor)
     event = _event(task, transition, 1, GENESIS)
     created = task.evolve(event_seq=1, last_hash=event.hash)
-    if task.depends_on:
-        n = len(task.depends_on)
-        request = Request(
-            Action.BLOCK,
-            task.created_at,
-            actor=ADMITTER,
-            reason=f"waiting for {n} {'dependency' if n == 1 else 'dependencies'}",
-            hold=HOLD_DEPENDENCIES,
-        )
+    if hold is not None:
+        request = block_request(hold, task.created_at)
     elif admit_as is not None:
         request = Request(Action.ADMIT, task.created_at, actor=admit_as)
     else:
         return NewTask(created, (event,))
     second = stamp(created, decide_or_raise(created, request))
     return NewTask(second.task, (event, second.event))
+
+
+def block_request(hold: Hold, now: datetime) -> Request:
+    """The scheduler's BLOCK for what a pipeline said holds a task."""
+    return Request(
+        Action.BLOCK, now, actor=ADMITTER, reason=hold.reason, hold=hold.hold, rule=hold.rule
+    )
 
 
 async def apply_decisions(

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from ..clock import Clock, SystemClock
 from ..config import Settings
+from ..scheduler.pipelines import Pipelines
 from ..store import Store
 
 
@@ -24,6 +25,15 @@ class Runtime:
     """Paused task types as last read (monotonic time, types): submit consults them to leave a
     paused type pending; claims filter paused types in the database, so a short-lived copy
     never lets a paused task run."""
+
+    built_pipelines: Pipelines | None = None
+
+    @property
+    def pipelines(self) -> Pipelines:
+        """The pipeline of every kind, built from the settings on first use."""
+        if self.built_pipelines is None:
+            self.built_pipelines = Pipelines(self.settings)
+        return self.built_pipelines
 
     async def paused_types(self, max_age_secs: float = 1.0) -> frozenset[str]:
         """The paused task types, read at most once every ``max_age_secs``."""

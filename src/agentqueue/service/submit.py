@@ -23,13 +23,14 @@ BATCH = 1000
 def admissible_at_submit(rt: Runtime, task: Task, paused: frozenset[str]) -> bool:
     """Whether admission would take ``task`` at once, so it is admitted as it is submitted.
 
-    With no admission limits (the default), the scheduler admits every task that may run now
-    (no run_after in the future, no dependencies, its type not paused) on its next pass anyway;
-    recording that admission with the submit saves the pass, the wake-up and a write per task.
-    Under caps or rate limits only the scheduler admits, since only it counts what is admitted.
+    With no admission limits and no agents to route to (the default), the scheduler admits every
+    task that may run now (nothing holds it, no run_after in the future, its type not paused)
+    on its next pass anyway; recording that admission with the submit saves the pass, the
+    wake-up and a write per task. Under caps or rate limits only the scheduler admits, since only
+    it counts what is admitted (and routes).
     """
     settings = rt.settings
-    if not settings.queue.admit_on_submit or settings.admission_limited or task.depends_on:
+    if not settings.queue.admit_on_submit or settings.admission_limited:
         return False
     if task.task_type in paused:
         return False
@@ -53,8 +54,8 @@ class SubmitResult:
         return out
 
 
-def build_task(rt: Runtime, spec: TaskSpec) -> Task:
-    """A new pending Task from a validated spec (no I/O)."""
+def build_task(rt: Runtime, spec: TaskSpec, kind: str = "task") -> Task:
+    """A new pending Task of ``kind`` from a validated spec (no I/O)."""
     now = rt.clock.now()
     eligible = max(now, spec.run_after) if spec.run_after else now
     return Task(
@@ -75,6 +76,8 @@ def build_task(rt: Runtime, spec: TaskSpec) -> Task:
         eligible_at=eligible,
         requested_by=spec.requested_by,
         assignee=spec.assignee,
+        kind=kind,
+        labels=spec.labels,
         depends_on=spec.depends_on,
         idempotency_key=spec.idempotency_key,
         callback_url=spec.callback_url,
@@ -90,7 +93,8 @@ async def submit_many(
     defaults: Mapping[str, Any] | None = None,
     single: bool = False,
 ) -> list[SubmitResult]:
-    """Validate every item, then store the new ones; return one result per item, in order.
+    """Validate every item, then store the new ones; return one result per task, in order:
+    one per item, and for an item its pipeline broadcasts, one per delivery.
 
     ``tenant`` scopes the call: items default to it and may not name another. Nothing is written
     unless every item is valid.
@@ -103,12 +107,41 @@ async def submit_many(
         defaults=merged,
         single=single,
     )
+    specs, kinds = _through_pipelines(rt, specs, single)
     await _check_scope_and_dependencies(rt, specs, tenant, single)
     results: list[SubmitResult | None] = [None] * len(specs)
     for start in range(0, len(specs), BATCH):
         chunk = list(range(start, min(start + BATCH, len(specs))))
-        await _submit_chunk(rt, specs, chunk, results)
+        await _submit_chunk(rt, specs, kinds, chunk, results)
     return [r for r in results if r is not None]
+
+
+def _through_pipelines(
+    rt: Runtime, specs: Sequence[TaskSpec], single: bool
+) -> tuple[list[TaskSpec], list[str]]:
+    """Each spec's pipeline checks it and may expand it (broadcast): the specs to store and the
+    kind of each."""
+    problems: list[FieldProblem] = []
+    out: list[TaskSpec] = []
+    kinds: list[str] = []
+    for index, spec in enumerate(specs):
+
+        def name(field: str, index: int = index) -> str:
+            return field if single else f"tasks[{index}].{field}"
+
+        pipeline = rt.pipelines.for_spec(spec)
+        if pipeline is None:
+            problems.append(FieldProblem(name("kind"), f"no kind {spec.kind!r} is registered"))
+            continue
+        found = pipeline.problems(spec, name)
+        problems.extend(found)
+        if not found:
+            expanded = pipeline.expand(spec)
+            out.extend(expanded)
+            kinds.extend([pipeline.kind] * len(expanded))
+    if problems:
+        raise InvalidInput(problems)
+    return out, kinds
 
 
 async def _check_scope_and_dependencies(
@@ -187,6 +220,7 @@ async def _paused_types(rt: Runtime) -> frozenset[str]:
 async def _submit_chunk(
     rt: Runtime,
     specs: Sequence[TaskSpec],
+    kinds: Sequence[str],
     chunk: list[int],
     results: list[SubmitResult | None],
 ) -> None:
@@ -195,9 +229,12 @@ async def _submit_chunk(
     for _attempt in range(5):
         records = {}
         for i in remaining:
-            task = build_task(rt, specs[i])
-            admit_as = ADMITTER if admissible_at_submit(rt, task, paused) else None
-            records[i] = new_record(task, specs[i].requested_by, admit_as)
+            task = build_task(rt, specs[i], kinds[i])
+            pipeline = rt.pipelines.get(kinds[i])
+            assert pipeline is not None  # chosen by _through_pipelines
+            hold = pipeline.hold_new(task)
+            admit = hold is None and admissible_at_submit(rt, task, paused)
+            records[i] = new_record(task, specs[i].requested_by, ADMITTER if admit else None, hold)
         inserted = await rt.store.insert_tasks(list(records.values()))
         for i, record in records.items():
             if record.task.id in inserted:

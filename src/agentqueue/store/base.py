@@ -137,15 +137,17 @@ class Candidate:
     priority: int
     eligible_at: datetime
     seq: int
+    kind: str = "task"
+    labels: tuple[str, ...] = ()
+    state_reason: str | None = None
 
 
 @dataclass(frozen=True)
 class LoadRow:
-    """How many admitted tasks (queued or executing) share a tenant, type and assignee."""
+    """How many admitted tasks (queued or executing) share a tenant and an agent."""
 
     tenant: str
-    task_type: str
-    assignee: str | None
+    agent: str | None
     count: int
 
 
@@ -284,7 +286,7 @@ class Tx(Protocol):
         ...
 
     async def active_load(self) -> list[LoadRow]:
-        """Admitted work (queued or executing), grouped by tenant, task type and assignee."""
+        """Admitted work (queued or executing), grouped by tenant and agent."""
         ...
 
     async def admission_candidates(
@@ -295,7 +297,8 @@ class Tx(Protocol):
         skip_types: Sequence[str] = (),
     ) -> list[Candidate]:
         """Up to ``per_tenant`` admissible pending tasks of each priority level of each of
-        ``tenants``, in claim order within each; ``skip_types`` (paused or full) left out."""
+        ``tenants``, in claim order within each; tasks of ``skip_types`` (paused, or every agent
+        serving them full) left out unless they name an assignee."""
         ...
 
     async def rate_buckets(self, names: Sequence[str]) -> dict[str, Bucket]:
@@ -306,8 +309,14 @@ class Tx(Protocol):
         """Store these buckets."""
         ...
 
-    async def admit_ids(self, ids: Sequence[UUID], now: datetime, event: BulkEvent) -> list[UUID]:
+    async def admit_ids(
+        self, ids: Sequence[UUID], now: datetime, event: BulkEvent, agent: str | None = None
+    ) -> list[UUID]:
         """ADMIT the tasks among ``ids`` still pending and due; return the ids admitted."""
+        ...
+
+    async def note_waiting(self, reasons: Mapping[UUID, str]) -> None:
+        """Record why these pending tasks wait (their ``state_reason``; no state change)."""
         ...
 
     # Waiting on tools (R9).
@@ -412,9 +421,12 @@ class Store(Protocol):
         grace_secs: float,
         event: BulkEvent,
         paused: Sequence[str] = (),
+        agents: Sequence[str] | None = None,
     ) -> list[Task]:
         """CLAIM up to ``limit`` queued tasks (none of a ``paused`` type) in claim order (R4)
         for ``event.actor``, skipping ones other claimers hold; each gets a fresh lock_token.
+        With ``agents``, a task routed to an agent is taken only if it is one of them (and one
+        routed to none only if its type is among ``task_types``).
         Returns them as claimed, in that order."""
         ...
 

@@ -53,14 +53,14 @@ TASK_INSERT_FIELDS = (
     "id", "tenant", "source", "source_id", "title", "task_type", "payload", "priority", "state",
     "max_retries", "timeout_secs", "assignee", "depends_on", "idempotency_key", "callback_url",
     "requested_by", "run_after", "eligible_at", "created_at", "event_seq", "last_hash", "hold",
-    "state_reason",
+    "state_reason", "kind", "labels",
 )  # fmt: skip
 
 MUTABLE_FIELDS = (
     "state", "state_reason", "priority", "retry_count", "lock_token", "locked_at",
     "heartbeat_at", "lease_expires_at", "assignee", "assigned_to", "checkpoint", "tool_calls",
     "result", "error", "approved_by", "run_after", "eligible_at", "started_at", "finished_at",
-    "updated_at", "event_seq", "last_hash", "hold", "tool_deadline_at",
+    "updated_at", "event_seq", "last_hash", "hold", "tool_deadline_at", "agent",
 )  # fmt: skip
 """Columns a change may set; everything else is fixed at submit."""
 
@@ -79,7 +79,7 @@ def encode(name: str, value: Any, codec: Codec) -> Any:
         return codec.time_out(value)
     if name in _JSON_FIELDS:
         return codec.json_out(value)
-    if name == "tool_calls":
+    if name in ("tool_calls", "labels"):
         return codec.json_out(list(value))
     if name in ("id", "lock_token"):
         return codec.uuid_out(value)
@@ -174,6 +174,7 @@ def task_from_row(row: Row, codec: Codec) -> Task:
     values["state"] = TaskState(values["state"])
     values["depends_on"] = codec.uuids_in(values["depends_on"])
     values["tool_calls"] = tuple(codec.json_in(values["tool_calls"]) or ())
+    values["labels"] = tuple(codec.json_in(values["labels"]) or ())
     if not codec.native:
         values["id"] = codec.uuid_in(values["id"])
         values["lock_token"] = codec.uuid_in(values["lock_token"])

@@ -91,17 +91,20 @@ class _Running:
 
 
 def check_executors(executors: Sequence[Executor]) -> None:
-    """Each task type is served by one executor at most; raise ConfigError naming a clash."""
-    owner: dict[str, str] = {}
+    """A task type is served by handlers or by agents, not both (several agents may share a
+    type: routing tells them apart); raise ConfigError naming a clash."""
+    handlers: dict[str, str] = {}
+    agents: dict[str, str] = {}
     for executor in executors:
+        mine, other = (agents, handlers) if executor.agents else (handlers, agents)
         for task_type in executor.task_types:
-            if task_type in owner:
+            clash = other.get(task_type) or (None if executor.agents else mine.get(task_type))
+            if clash is not None:
                 raise ConfigError(
-                    f"task type {task_type!r} is served by both {owner[task_type]} and "
-                    f"{executor.name}",
+                    f"task type {task_type!r} is served by both {clash} and {executor.name}",
                     "agents",
                 )
-            owner[task_type] = executor.name
+            mine.setdefault(task_type, executor.name)
 
 
 class Worker:
@@ -257,7 +260,9 @@ class Worker:
 
     async def _claim(self, executor: Executor, n: int) -> None:
         try:
-            tasks = await self.queue.claim(n, self.id, sorted(executor.task_types))
+            tasks = await self.queue.claim(
+                n, self.id, sorted(executor.task_types), sorted(executor.agents)
+            )
         except AgentQueueError as exc:
             log.warning("claim failed, will retry: %s", exc)
             self._empty.add(executor.name)  # until the next poll

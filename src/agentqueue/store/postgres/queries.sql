@@ -7,23 +7,24 @@ WITH ins AS (
     INSERT INTO aq_tasks (id, tenant, source, source_id, title, task_type, payload, priority,
         state, max_retries, timeout_secs, assignee, depends_on, idempotency_key, callback_url,
         requested_by, run_after, eligible_at, created_at, updated_at, event_seq, last_hash,
-        hold, state_reason)
+        hold, state_reason, kind, labels)
     SELECT r.id, r.tenant, r.source, r.source_id, r.title, r.task_type, r.payload, r.priority,
         r.state, r.max_retries, r.timeout_secs, r.assignee,
         ARRAY(SELECT jsonb_array_elements_text(r.depends_on))::uuid[], r.idempotency_key,
         r.callback_url, r.requested_by, r.run_after, r.eligible_at, r.created_at, r.created_at,
-        r.event_seq, r.last_hash, r.hold, r.state_reason
+        r.event_seq, r.last_hash, r.hold, r.state_reason, COALESCE(r.kind, 'task'),
+        COALESCE(r.labels, '[]'::jsonb)
     FROM ROWS FROM (json_to_recordset(%(rows)s::json) AS (id uuid, tenant text,
         source text, source_id text, title text, task_type text, payload jsonb,
         priority smallint, state text, max_retries smallint, timeout_secs integer,
         assignee text, depends_on jsonb, idempotency_key text, callback_url text,
         requested_by text, run_after timestamptz, eligible_at timestamptz,
         created_at timestamptz, event_seq integer, last_hash text, hold text,
-        state_reason text))
+        state_reason text, kind text, labels jsonb))
         WITH ORDINALITY AS r(id, tenant, source, source_id, title, task_type, payload, priority,
         state, max_retries, timeout_secs, assignee, depends_on, idempotency_key, callback_url,
         requested_by, run_after, eligible_at, created_at, event_seq, last_hash, hold,
-        state_reason, ord)
+        state_reason, kind, labels, ord)
     ORDER BY r.ord
     ON CONFLICT DO NOTHING
     RETURNING id, seq, state, priority
@@ -76,6 +77,7 @@ WITH v AS (
         finished_at = CASE WHEN v.d ? 'finished_at' THEN (v.d ->> 'finished_at')::timestamptz ELSE t.finished_at END,
         hold = CASE WHEN v.d ? 'hold' THEN v.d ->> 'hold' ELSE t.hold END,
         tool_deadline_at = CASE WHEN v.d ? 'tool_deadline_at' THEN (v.d ->> 'tool_deadline_at')::timestamptz ELSE t.tool_deadline_at END,
+        agent = CASE WHEN v.d ? 'agent' THEN v.d ->> 'agent' ELSE t.agent END,
         updated_at = (v.d ->> 'updated_at')::timestamptz,
         event_seq = (v.d ->> 'event_seq')::integer,
         last_hash = v.d ->> 'last_hash'
@@ -215,7 +217,11 @@ WITH picked AS (
     CROSS JOIN LATERAL (
         SELECT ctid, priority, eligible_at, seq FROM aq_tasks
         WHERE state = 'queued' AND priority = lv.priority
-          AND (%(task_types)s::text[] IS NULL OR task_type = ANY(%(task_types)s::text[]))
+          -- A task routed to an agent goes to that agent's executors only (R14); the rest to
+          -- whoever serves their type. No agent list: claim by type alone.
+          AND CASE WHEN agent IS NULL OR %(agents)s::text[] IS NULL
+              THEN (%(task_types)s::text[] IS NULL OR task_type = ANY(%(task_types)s::text[]))
+              ELSE agent = ANY(%(agents)s::text[]) END
           -- Paused task types come as a parameter: a constant the planner can estimate, so the
           -- scan stays on the partial index, in order, with its LIMIT, statistics or not.
           AND NOT (task_type = ANY(%(paused)s::text[]))
@@ -289,6 +295,7 @@ WITH picked AS (
 ), upd AS (
     UPDATE aq_tasks t SET
         state = 'queued',
+        agent = NULL,
         state_reason = NULL,
         updated_at = %(now)s,
         event_seq = t.event_seq + 1,
@@ -412,9 +419,9 @@ SELECT pg_advisory_xact_lock(418387158645)
 
 -- name: active_load
 -- Admitted work (queued or executing), by what the caps are counted over.
-SELECT tenant, task_type, assignee, count(*) AS n FROM aq_tasks
+SELECT tenant, agent, count(*) AS n FROM aq_tasks
 WHERE state IN ('queued', 'executing')
-GROUP BY tenant, task_type, assignee
+GROUP BY tenant, agent
 
 -- name: active_count
 SELECT count(*) AS n FROM aq_tasks WHERE state IN ('queued', 'executing')
@@ -434,14 +441,16 @@ SELECT tenant FROM tenants WHERE tenant IS NOT NULL LIMIT %(limit)s
 -- name: admission_candidates
 -- The best admissible tasks of the given tenants (see pending_tenants): up to %(per_tenant)s of
 -- each priority level of each.
-SELECT c.id, c.tenant, c.task_type, c.assignee, c.priority, c.eligible_at, c.seq
+SELECT c.id, c.tenant, c.task_type, c.assignee, c.priority, c.eligible_at, c.seq, c.kind,
+    c.labels, c.state_reason
 FROM unnest(%(tenants)s::text[]) AS tenants(tenant)
 CROSS JOIN generate_series(0, 9) AS lv(priority)
 CROSS JOIN LATERAL (
-    SELECT id, tenant, task_type, assignee, priority, eligible_at, seq FROM aq_tasks q
+    SELECT id, tenant, task_type, assignee, priority, eligible_at, seq, kind, labels,
+        state_reason FROM aq_tasks q
     WHERE q.state = 'pending' AND q.tenant = tenants.tenant AND q.priority = lv.priority
       AND q.eligible_at <= %(now)s
-      AND NOT (q.task_type = ANY(%(skip_types)s::text[]))
+      AND NOT (q.task_type = ANY(%(skip_types)s::text[]) AND q.assignee IS NULL)
     ORDER BY q.eligible_at, q.seq
     LIMIT %(per_tenant)s
 ) c
@@ -462,6 +471,7 @@ ON CONFLICT (name) DO UPDATE SET tokens = EXCLUDED.tokens, updated_at = EXCLUDED
 WITH upd AS (
     UPDATE aq_tasks t SET
         state = 'queued',
+        agent = %(agent)s,
         state_reason = NULL,
         updated_at = %(now)s,
         event_seq = t.event_seq + 1,
@@ -635,3 +645,9 @@ FOR UPDATE SKIP LOCKED
 UPDATE aq_tasks SET tool_calls = %(tool_calls)s::jsonb
 WHERE id = %(id)s AND state = 'waiting_tool' AND event_seq = %(expected_seq)s
 RETURNING id
+
+-- name: note_waiting
+-- Why pending tasks wait (no agent can take them): shown by `show`, not a change of state.
+UPDATE aq_tasks t SET state_reason = r.reason
+FROM json_to_recordset(%(rows)s::json) AS r(id uuid, reason text)
+WHERE t.id = r.id AND t.state = 'pending' AND t.state_reason IS DISTINCT FROM r.reason

@@ -129,10 +129,7 @@ class PostgresTx:
     async def active_load(self) -> list[LoadRow]:
         """Queued and executing tasks, grouped."""
         cur = await self._conn.execute(Q["active_load"], prepare=True)
-        return [
-            LoadRow(r["tenant"], r["task_type"], r["assignee"], r["n"])
-            for r in await cur.fetchall()
-        ]
+        return [LoadRow(r["tenant"], r["agent"], r["n"]) for r in await cur.fetchall()]
 
     async def admission_candidates(
         self,
@@ -149,8 +146,21 @@ class PostgresTx:
             "skip_types": list(skip_types),
         }
         cur = await self._conn.execute(Q["admission_candidates"], params, prepare=True)
-        names = ("id", "tenant", "task_type", "assignee", "priority", "eligible_at", "seq")
-        return [Candidate(*(r[n] for n in names)) for r in await cur.fetchall()]
+        return [
+            Candidate(
+                r["id"],
+                r["tenant"],
+                r["task_type"],
+                r["assignee"],
+                r["priority"],
+                r["eligible_at"],
+                r["seq"],
+                r["kind"],
+                tuple(r["labels"]),
+                r["state_reason"],
+            )
+            for r in await cur.fetchall()
+        ]
 
     async def rate_buckets(self, names: Sequence[str]) -> dict[str, Bucket]:
         """Locked until commit."""
@@ -166,11 +176,14 @@ class PostgresTx:
             ]
             await self._conn.execute(Q["save_rate_buckets"], {"rows": _doc(rows)})
 
-    async def admit_ids(self, ids: Sequence[UUID], now: datetime, event: BulkEvent) -> list[UUID]:
+    async def admit_ids(
+        self, ids: Sequence[UUID], now: datetime, event: BulkEvent, agent: str | None = None
+    ) -> list[UUID]:
         """One statement; queued workers hear of it at commit."""
         if not ids:
             return []
         params = {
+            "agent": agent,
             "ids": list(ids),
             "now": now,
             "actor": event.actor,
@@ -180,6 +193,12 @@ class PostgresTx:
         cur = await self._conn.execute(Q["admit_ids"], params, prepare=True)
         admitted = {row["id"] for row in await cur.fetchall()}
         return [i for i in ids if i in admitted]
+
+    async def note_waiting(self, reasons: Mapping[UUID, str]) -> None:
+        """One statement for all."""
+        if reasons:
+            rows = [{"id": str(i), "reason": r} for i, r in reasons.items()]
+            await self._conn.execute(Q["note_waiting"], {"rows": json.dumps(rows)})
 
     async def active_count(self) -> int:
         """Queued plus executing tasks."""
@@ -405,12 +424,14 @@ class PostgresStore:
         grace_secs: float,
         event: BulkEvent,
         paused: Sequence[str] = (),
+        agents: Sequence[str] | None = None,
     ) -> list[Task]:
         """One statement, autocommitted: pick, lock, update, record events, return the rows."""
         params = {
             "paused": list(paused),
             "limit": limit,
             "task_types": list(task_types) if task_types is not None else None,
+            "agents": list(agents) if agents is not None else None,
             "now": now,
             "aging_secs": aging_secs,
             "worker": event.actor,

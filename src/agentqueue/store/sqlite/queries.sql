@@ -7,7 +7,7 @@
 INSERT INTO aq_tasks (id, tenant, source, source_id, title, task_type, payload, priority,
     state, max_retries, timeout_secs, assignee, depends_on, idempotency_key, callback_url,
     requested_by, run_after, eligible_at, created_at, updated_at, event_seq, last_hash, hold,
-    state_reason)
+    state_reason, kind, labels)
 SELECT r.value ->> 'id', r.value ->> 'tenant', r.value ->> 'source', r.value ->> 'source_id',
     r.value ->> 'title', r.value ->> 'task_type', r.value ->> 'payload', r.value ->> 'priority',
     r.value ->> 'state', r.value ->> 'max_retries', r.value ->> 'timeout_secs',
@@ -15,7 +15,8 @@ SELECT r.value ->> 'id', r.value ->> 'tenant', r.value ->> 'source', r.value ->>
     r.value ->> 'callback_url', r.value ->> 'requested_by', r.value ->> 'run_after',
     r.value ->> 'eligible_at', r.value ->> 'created_at', r.value ->> 'created_at',
     r.value ->> 'event_seq', r.value ->> 'last_hash', r.value ->> 'hold',
-    r.value ->> 'state_reason'
+    r.value ->> 'state_reason', coalesce(r.value ->> 'kind', 'task'),
+    coalesce(r.value ->> 'labels', '[]')
 FROM json_each(:rows) AS r
 WHERE true
 ORDER BY r.key
@@ -57,6 +58,7 @@ UPDATE aq_tasks SET
     finished_at = CASE WHEN json_type(r.value, '$.finished_at') IS NULL THEN finished_at ELSE r.value ->> 'finished_at' END,
     hold = CASE WHEN json_type(r.value, '$.hold') IS NULL THEN hold ELSE r.value ->> 'hold' END,
     tool_deadline_at = CASE WHEN json_type(r.value, '$.tool_deadline_at') IS NULL THEN tool_deadline_at ELSE r.value ->> 'tool_deadline_at' END,
+    agent = CASE WHEN json_type(r.value, '$.agent') IS NULL THEN agent ELSE r.value ->> 'agent' END,
     updated_at = r.value ->> 'updated_at',
     event_seq = r.value ->> 'event_seq',
     last_hash = r.value ->> 'last_hash'
@@ -186,7 +188,11 @@ WHERE state = 'queued' AND seq IN (
     JOIN aq_tasks AS t ON t.seq IN (
         SELECT q.seq FROM aq_tasks AS q
         WHERE q.state = 'queued' AND q.priority = lv.column1
-          AND (:task_types IS NULL OR q.task_type IN (SELECT value FROM json_each(:task_types)))
+          -- A task routed to an agent goes to that agent's executors only (R14); the rest to
+          -- whoever serves their type. No agent list: claim by type alone.
+          AND CASE WHEN q.agent IS NULL OR :agents IS NULL
+              THEN (:task_types IS NULL OR q.task_type IN (SELECT value FROM json_each(:task_types)))
+              ELSE q.agent IN (SELECT value FROM json_each(:agents)) END
           AND q.task_type NOT IN (SELECT value FROM json_each(:paused))
         ORDER BY q.eligible_at, q.seq
         LIMIT :limit)
@@ -208,6 +214,7 @@ FROM aq_tasks WHERE id IN (SELECT value FROM json_each(:ids))
 -- name: admit
 UPDATE aq_tasks SET
     state = 'queued',
+    agent = NULL,
     state_reason = NULL,
     updated_at = :now,
     event_seq = event_seq + 1,
@@ -318,9 +325,9 @@ SELECT task_type, paused_at, paused_by, reason FROM aq_paused ORDER BY task_type
 
 -- name: active_load
 -- Admitted work (queued or executing), by what the caps are counted over.
-SELECT tenant, task_type, assignee, count(*) AS n FROM aq_tasks
+SELECT tenant, agent, count(*) AS n FROM aq_tasks
 WHERE state IN ('queued', 'executing')
-GROUP BY tenant, task_type, assignee
+GROUP BY tenant, agent
 
 -- name: active_count
 SELECT count(*) AS n FROM aq_tasks WHERE state IN ('queued', 'executing')
@@ -340,14 +347,15 @@ SELECT tenant FROM tenants WHERE tenant IS NOT NULL LIMIT :limit
 -- name: admission_candidates
 -- The best admissible tasks of the given tenants (see pending_tenants): up to :per_tenant of
 -- each priority level of each.
-SELECT c.id, c.tenant, c.task_type, c.assignee, c.priority, c.eligible_at, c.seq
+SELECT c.id, c.tenant, c.task_type, c.assignee, c.priority, c.eligible_at, c.seq, c.kind,
+    c.labels, c.state_reason
 FROM (SELECT value AS tenant FROM json_each(:tenants)) AS tenants
 JOIN (VALUES (0), (1), (2), (3), (4), (5), (6), (7), (8), (9)) AS lv
 JOIN aq_tasks AS c ON c.seq IN (
     SELECT q.seq FROM aq_tasks AS q
     WHERE q.state = 'pending' AND q.tenant = tenants.tenant AND q.priority = lv.column1
       AND q.eligible_at <= :now
-      AND q.task_type NOT IN (SELECT value FROM json_each(:skip_types))
+      AND NOT (q.task_type IN (SELECT value FROM json_each(:skip_types)) AND q.assignee IS NULL)
     ORDER BY q.eligible_at, q.seq
     LIMIT :per_tenant)
 
@@ -367,6 +375,7 @@ ON CONFLICT (name) DO UPDATE SET tokens = excluded.tokens, updated_at = excluded
 -- `admit`, for ids the admission planner picked).
 UPDATE aq_tasks SET
     state = 'queued',
+    agent = :agent,
     state_reason = NULL,
     updated_at = :now,
     event_seq = event_seq + 1,
@@ -507,3 +516,12 @@ LIMIT :limit
 UPDATE aq_tasks SET tool_calls = :tool_calls
 WHERE id = :id AND +state = 'waiting_tool' AND event_seq = :expected_seq
 RETURNING id
+
+-- name: note_waiting
+-- Why pending tasks wait (no agent can take them): shown by `show`, not a change of state.
+UPDATE aq_tasks SET state_reason = (
+    SELECT r.value ->> 'reason' FROM json_each(:rows) AS r WHERE r.value ->> 'id' = aq_tasks.id)
+WHERE id IN (SELECT r.value ->> 'id' FROM json_each(:rows) AS r)
+  AND state = 'pending'
+  AND state_reason IS NOT (
+    SELECT r.value ->> 'reason' FROM json_each(:rows) AS r WHERE r.value ->> 'id' = aq_tasks.id)

@@ -274,10 +274,7 @@ class SQLiteTx:
         """Queued and executing tasks, grouped."""
 
         def run(c: sqlite3.Connection) -> list[LoadRow]:
-            return [
-                LoadRow(r["tenant"], r["task_type"], r["assignee"], r["n"])
-                for r in c.execute(Q["active_load"])
-            ]
+            return [LoadRow(r["tenant"], r["agent"], r["n"]) for r in c.execute(Q["active_load"])]
 
         return await self._conn.run(run)
 
@@ -306,6 +303,9 @@ class SQLiteTx:
                     r["priority"],
                     from_micros(r["eligible_at"]),  # type: ignore[arg-type]
                     r["seq"],
+                    r["kind"],
+                    tuple(json.loads(r["labels"])),
+                    r["state_reason"],
                 )
                 for r in c.execute(Q["admission_candidates"], params)
             ]
@@ -335,11 +335,18 @@ class SQLiteTx:
             )
             await self._conn.run(lambda c: c.execute(Q["save_rate_buckets"], {"rows": rows}))
 
-    async def admit_ids(self, ids: Sequence[UUID], now: datetime, event: BulkEvent) -> list[UUID]:
+    async def admit_ids(
+        self, ids: Sequence[UUID], now: datetime, event: BulkEvent, agent: str | None = None
+    ) -> list[UUID]:
         """Update the chosen rows still pending, then record their events."""
         if not ids:
             return []
-        params = {"ids": _dump([str(i) for i in ids]), "now": to_micros(now), "tail": event.tail}
+        params = {
+            "ids": _dump([str(i) for i in ids]),
+            "now": to_micros(now),
+            "tail": event.tail,
+            "agent": agent,
+        }
 
         def run(c: sqlite3.Connection) -> set[UUID]:
             written = [row[0] for row in c.execute(Q["admit_ids"], params).fetchall()]
@@ -353,6 +360,12 @@ class SQLiteTx:
 
         admitted = await self._conn.run(run)
         return [i for i in ids if i in admitted]
+
+    async def note_waiting(self, reasons: Mapping[UUID, str]) -> None:
+        """One statement for all."""
+        if reasons:
+            rows = _dump([{"id": str(i), "reason": r} for i, r in reasons.items()])
+            await self._conn.run(lambda c: c.execute(Q["note_waiting"], {"rows": rows}))
 
     async def active_count(self) -> int:
         """Queued plus executing tasks."""
@@ -631,6 +644,7 @@ class SQLiteStore:
         grace_secs: float,
         event: BulkEvent,
         paused: Sequence[str] = (),
+        agents: Sequence[str] | None = None,
     ) -> list[Task]:
         """Update the picked rows, then record their events from the rows as written."""
         worker = event.actor
@@ -638,6 +652,7 @@ class SQLiteStore:
             "paused": _dump(list(paused)),
             "limit": limit,
             "task_types": _dump(list(task_types)) if task_types is not None else None,
+            "agents": _dump(list(agents)) if agents is not None else None,
             "now": to_micros(now),
             "aging_us": max(1, int(aging_secs * 1_000_000)),
             "worker": worker,

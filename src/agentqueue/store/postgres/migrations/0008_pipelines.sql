@@ -1,0 +1,6 @@
+-- Pipelines per kind (R14): the kind that decides a task's path, the capabilities it asks of the
+-- agent that runs it (labels), and the agent routing chose when it was admitted (claimed only by
+-- that agent's executors).
+ALTER TABLE aq_tasks ADD COLUMN kind text NOT NULL DEFAULT 'task';
+ALTER TABLE aq_tasks ADD COLUMN labels jsonb NOT NULL DEFAULT '[]'::jsonb;
+ALTER TABLE aq_tasks ADD COLUMN agent text;

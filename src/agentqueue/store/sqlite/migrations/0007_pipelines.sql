@@ -1,0 +1,6 @@
+-- Pipelines per kind (R14): the kind that decides a task's path, the capabilities it asks of the
+-- agent that runs it (labels, JSON text), and the agent routing chose when it was admitted
+-- (claimed only by that agent's executors).
+ALTER TABLE aq_tasks ADD COLUMN kind TEXT NOT NULL DEFAULT 'task';
+ALTER TABLE aq_tasks ADD COLUMN labels TEXT NOT NULL DEFAULT '[]';
+ALTER TABLE aq_tasks ADD COLUMN agent TEXT;
