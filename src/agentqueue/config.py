@@ -192,8 +192,8 @@ class GuardrailSettings(_Section):
 
     ``pattern`` is a regular expression (case-insensitive) searched in the title and the
     payload's JSON text; ``task_types`` and ``priorities``, when given, narrow the rule to
-    those. ``applies_to`` names the kinds it checks (mail is agents talking to each other and
-    is never checked unless named here).
+    those. ``applies_to`` names the kinds it checks, for the pipelines that consult guardrails
+    (the task pipeline does; the mail pipeline, agents talking to each other, never does).
     """
 
     name: str = Field(min_length=1, max_length=64)

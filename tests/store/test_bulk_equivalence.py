@@ -123,3 +123,23 @@ async def test_complete_with_a_stale_token_writes_nothing(
     )
     assert heads == {}
     assert await queue.get(claimed.id) == before
+
+
+async def test_a_routed_admission_writes_what_decide_would(
+    queue: AsyncQueue, clock: ManualClock
+) -> None:
+    tasks = await make(queue, clock)
+    now = clock.advance(5)
+    wants = {
+        t.id: expected(t, Request(Action.ADMIT, now, actor="scheduler", agent="fixer"))
+        for t in tasks
+    }
+    event = bulk_event(Action.ADMIT, now, "scheduler", "fixer")
+    async with queue.store.transaction() as tx:
+        ids = await tx.admit_ids([t.id for t in tasks], now, event, "fixer")
+    assert set(ids) == set(wants)
+    for task in await queue.store.get_tasks(ids):
+        image, wanted = wants[task.id]
+        assert task.agent == "fixer"
+        assert_same(task, image)
+        await assert_last_event(queue, task, wanted)
