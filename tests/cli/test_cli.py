@@ -284,3 +284,40 @@ def test_the_installed_command_reads_agentqueue_db_and_exits_2_on_bad_input(tmp_
         env=env, capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert bad.returncode == 2 and "priority" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_approve_and_reject_by_an_approver_only_and_both_in_events(
+    db_url: str, tmp_path: Path
+) -> None:
+    config = tmp_path / "guard.toml"
+    config.write_text(
+        '[approval]\napprovers = ["lead"]\n\n[[guardrails]]\nname = "data_deletion"\n'
+        'pattern = "删除|删掉|drop table|rm -rf"\n'
+    )
+    conf = ("--config", str(config))
+    held = ok_json(db_url, *conf, "submit", "--title", "请删掉旧表", "--type", "bugfix")
+    assert (held["state"], held["hold"]) == ("blocked", "approval")
+    assert "data_deletion" in held["state_reason"]
+    shown = cli(db_url, *conf, "show", held["id"])
+    assert "data_deletion" in shown.stdout
+
+    refused = cli(db_url, *conf, "approve", held["id"], "--reason", "ok")  # actor: tester
+    assert refused.exit_code == 1 and "tester is not an approver" in refused.stderr
+    no_reason = cli(db_url, *conf, "approve", held["id"])
+    assert no_reason.exit_code == 2 and "--reason" in no_reason.output
+    approved = CliRunner().invoke(
+        main,
+        ["--db", db_url, *conf, "--actor", "lead", "approve", held["id"], "--reason", "backed up"],
+    )
+    assert approved.exit_code == 0, approved.output
+    assert "approved" in approved.stdout and "lead" in approved.stdout
+    last = ok_json(db_url, *conf, "events", held["id"])[-1]
+    assert (last["action"], last["actor"], last["reason"]) == ("approve", "lead", "backed up")
+
+    other = ok_json(db_url, *conf, "submit", "--title", "rm -rf /srv", "--type", "bugfix")
+    rejected = CliRunner().invoke(
+        main, ["--db", db_url, *conf, "--actor", "lead", "reject", other["id"], "--reason", "no"]
+    )
+    assert rejected.exit_code == 0, rejected.output
+    last = ok_json(db_url, *conf, "events", other["id"])[-1]
+    assert (last["action"], last["to"], last["actor"]) == ("reject", "cancelled", "lead")
