@@ -253,6 +253,8 @@ def test_every_transition_is_a_table_edge_and_anything_else_a_refusal(
         assert not _not_due(before, request)
         assert outcome.action is action
         assert outcome.at == request.now and outcome.actor == request.actor
+        # The seed's Bug-A: no change of state ever touches who the task is for.
+        assert "assignee" not in outcome.changes and step.after.assignee == before.assignee
         assert step.after.state is outcome.to_state
 
 
