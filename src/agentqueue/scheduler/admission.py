@@ -10,6 +10,11 @@ The rules, in order: the P0 lane, then aged priority, then age (R4); among tasks
 the tenant with the least admitted work per unit of weight (fair share); a task is skipped while
 the global cap, its agent's cap or one of its rate limits has no room. Caps count admitted work
 (queued and executing), so a retried task comes back through here like a new one.
+
+Routing (R14) happens here too: the task's pipeline names the agents that may take it
+(scheduler.pipelines), the plan gives it to the least loaded of those with room and tokens, and
+the admission records that agent on the task (only its executors claim it). A task no agent can
+take stays pending with the reason in its ``state_reason``.
 """
 
 from __future__ import annotations
