@@ -90,7 +90,9 @@ workdir = {json.dumps(str(tmp_path / "runs"))}
     return config
 
 
-def start_workers(db_url: str, config: Path, tmp_path: Path, n: int) -> list[subprocess.Popen[bytes]]:
+def start_workers(
+    db_url: str, config: Path, tmp_path: Path, n: int
+) -> list[subprocess.Popen[bytes]]:
     """``n`` real ``agentqueue worker`` processes (each also runs the scheduler)."""
     return [
         spawn(
@@ -147,7 +149,9 @@ async def wait_for_completed(queue: AsyncQueue, n: int, tmp_path: Path) -> None:
         if counts[TaskState.COMPLETED] >= n:
             return
         if time.monotonic() > deadline:
-            pytest.fail(f"{counts} after {TIMEOUT} s, wanted {n} completed\n{worker_logs(tmp_path)}")
+            pytest.fail(
+                f"{counts} after {TIMEOUT} s, wanted {n} completed\n{worker_logs(tmp_path)}"
+            )
         await asyncio.sleep(0.2)
 
 
@@ -219,6 +223,7 @@ async def test_mail_reaches_only_its_recipient_and_is_never_held_by_a_guardrail(
                 payload={"body": "把旧分支删掉", "record": str(record)},
             )  # fmt: skip
             assert made.created and made.task.kind == "mail"
+            assert made.task.state is TaskState.PENDING and made.task.hold is None
             task = await wait_for_state(queue, made.task.id, TaskState.COMPLETED, tmp_path)
             events = await queue.events(made.task.id)
     finally:
@@ -306,10 +311,12 @@ async def test_routing_spreads_bugfix_tasks_over_capable_agents_within_their_cap
             title="fix the CUDA kernel", task_type="bugfix", labels=["gpu"],
             payload={"record": str(record)},
         )  # fmt: skip
+        # The first six (the caps add up to six, so one admission pass) run long enough to
+        # overlap even on a loaded machine; the rest are quick.
         made = await queue.submit_many(
             [
                 {"title": f"bug {i}", "task_type": "bugfix",
-                 "payload": {"record": str(record), "sleep": 0.05}}
+                 "payload": {"record": str(record), "sleep": 1.0 if i < 6 else 0.05}}
                 for i in range(100)
             ]
         )  # fmt: skip
@@ -318,7 +325,11 @@ async def test_routing_spreads_bugfix_tasks_over_capable_agents_within_their_cap
             await wait_for_completed(queue, 100, tmp_path)
             deadline = time.monotonic() + TIMEOUT
             waiting = await queue.get(gpu.task.id)
-            while waiting.state_reason is None and time.monotonic() < deadline:
+            while (
+                waiting.state is TaskState.PENDING
+                and waiting.state_reason is None
+                and time.monotonic() < deadline
+            ):
                 await asyncio.sleep(0.2)
                 waiting = await queue.get(gpu.task.id)
             shown = await show(db_url, config, gpu.task.id)
