@@ -157,8 +157,8 @@ class AgentSettings(_Section):
 
     command: list[str] = Field(min_length=1)
     task_types: list[str] = Field(min_length=1)
-    """Capabilities: the task types routing may give it (an explicit assignee may give it
-    any)."""
+    """Capabilities: the task types it can run (routing gives it no other, not even by an
+    explicit assignee)."""
     labels: list[str] = Field(default_factory=list)
     """Capabilities: a task that carries labels goes only to an agent declaring all of them."""
     max_concurrent: int = Field(default=1, ge=1, le=10_000)
@@ -192,8 +192,9 @@ class GuardrailSettings(_Section):
 
     ``pattern`` is a regular expression (case-insensitive) searched in the title and the
     payload's JSON text; ``task_types`` and ``priorities``, when given, narrow the rule to
-    those. ``applies_to`` names the kinds it checks, for the pipelines that consult guardrails
-    (the task pipeline does; the mail pipeline, agents talking to each other, never does).
+    those. ``applies_to`` names the kinds it checks, among those whose pipelines consult
+    guardrails (the task pipeline does; the mail pipeline, agents talking to each other, never
+    does, and naming it is a configuration error).
     """
 
     name: str = Field(min_length=1, max_length=64)

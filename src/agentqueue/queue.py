@@ -116,6 +116,7 @@ class AsyncQueue:
             settings=settings,
             clock=clock or SystemClock(),
         )
+        self._rt.pipelines  # noqa: B018 - a bad [pipelines] or [[guardrails]] fails here, at once
         self._opened = False
         self._open_lock: asyncio.Lock | None = None
         self.handlers: dict[str, Handler] = {}

@@ -18,6 +18,7 @@ class SignoffPipeline:
     """Sign-offs: held for approval, then to the signer."""
 
     kind = "signoff"
+    guarded = False
 
     def __init__(self, ctx: PipelineContext) -> None:
         self.ctx = ctx

@@ -117,7 +117,7 @@ async def test_agent_cap_counts_a_retried_task_like_a_new_one(
 
 
 async def test_an_explicit_assignee_counts_against_that_agents_cap(limited: OpenQueue) -> None:
-    queue = await limited(agents={"a": agent(["review"], 1), "b": agent(["docs"], 1)})
+    queue = await limited(agents={"a": agent(["review"], 1), "b": agent(["docs", "review"], 1)})
     await queue.submit(title="for b", task_type="review", assignee="b")
     await queue.submit(title="docs", task_type="docs")
     await queue.submit(title="review", task_type="review")

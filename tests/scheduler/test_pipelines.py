@@ -117,8 +117,7 @@ async def test_bug_b_a_guardrail_hold_with_no_dependencies_is_never_advanced(
 
 
 async def test_bug_c_guardrails_never_apply_to_mail(open_queue: OpenQueue) -> None:
-    rule = {**DELETION, "applies_to": ["task", "mail"]}  # even a rule that names mail
-    queue = await open_queue(agents={name: agent(["mail"]) for name in SIX}, guardrails=[rule])
+    queue = await open_queue(agents={name: agent(["mail"]) for name in SIX}, guardrails=[DELETION])
     body = {"body": "把旧分支删掉 (rm -rf build/)"}
     mail = await queue.submit(
         title="删掉 the branch?", task_type="mail", source="mail", assignee="simayi-challenger",
@@ -130,6 +129,16 @@ async def test_bug_c_guardrails_never_apply_to_mail(open_queue: OpenQueue) -> No
     assert await actions_of(queue, admitted) == ["submit", "admit"]
     task = await queue.submit(title="tidy", task_type="mail", payload=body, source="api")
     assert task.task.kind == "task" and task.task.state is S.BLOCKED  # the same text, as a task
+
+
+def test_a_guardrail_cannot_be_configured_for_mail() -> None:
+    from agentqueue.scheduler.pipelines import Pipelines
+
+    for kinds, words in ((["task", "mail"], "never consults"), (["memo"], "no kind 'memo'")):
+        settings = Settings(guardrails=[{**DELETION, "applies_to": kinds}])
+        with pytest.raises(ConfigError, match=words) as caught:
+            Pipelines(settings)
+        assert caught.value.fields == ["guardrails.0.applies_to"]
 
 
 # --- guardrails and approval ------------------------------------------------------------------
@@ -281,17 +290,42 @@ async def test_labels_narrow_routing_and_a_task_no_agent_can_do_waits_with_its_r
     assert [e.action for e in await queue.events(gpu.id)] == ["submit"]  # a reason, no event
 
 
-async def test_an_explicit_assignee_goes_to_that_agent_even_beyond_its_declared_types(
+async def test_an_explicit_assignee_goes_to_that_agent_if_it_takes_the_task(
     open_queue: OpenQueue,
 ) -> None:
     queue = await open_queue(
-        agents={"fixer": agent(["bugfix"], 2), "reviewer": agent(["review"], 2)}
+        agents={"busy": agent(["bugfix"], 5), "idle": agent(["bugfix"], 5),
+                "reviewer": agent(["review"], 2)}
+    )  # fmt: skip
+    await queue.submit_many([{"title": f"b{i}", "task_type": "bugfix", "assignee": "busy"}
+                             for i in range(3)])  # fmt: skip
+    wrong = (await queue.submit(title="look", task_type="bugfix", assignee="reviewer")).task
+    admitted = await queue.admit()
+    assert [t.agent for t in admitted] == ["busy"] * 3  # not the less loaded "idle"
+    got = await queue.get(wrong.id)
+    assert got.state is S.PENDING
+    assert got.state_reason == "assignee 'reviewer' does not take task type 'bugfix'"
+    # Each executor claims only what is routed to its agent, and only of the types it runs.
+    assert await claim_as(queue, "idle") == []
+    assert len(await queue.claim(10, "w", ["review"], ["busy"])) == 0
+    assert len(await queue.claim(10, "w", ["bugfix"], ["busy"])) == 3
+
+
+async def test_tasks_no_agent_can_take_never_hold_back_the_rest(
+    open_queue: OpenQueue, clock: ManualClock
+) -> None:
+    queue = await open_queue(admission={"max_active": 5}, agents={"fixer": agent(["bugfix"], 5)})
+    await queue.submit_many(
+        [{"title": f"gpu {i}", "task_type": "bugfix", "labels": ["gpu"]} for i in range(300)]
     )
-    task = (await queue.submit(title="look", task_type="bugfix", assignee="reviewer")).task
-    [admitted] = await queue.admit()
-    assert admitted.id == task.id and admitted.agent == "reviewer"
-    assert await claim_as(queue, "fixer") == []
-    assert [t.id for t in await claim_as(queue, "reviewer")] == [task.id]
+    clock.advance(1)
+    later = (await queue.submit(title="plain", task_type="bugfix")).task
+    assert [t.id for t in await queue.admit()] == []  # the 300 fill the window once
+    assert [t.id for t in await queue.admit()] == [later.id]  # and then wait out of the way
+    clock.advance(seconds=31)
+    assert await queue.admit() == []  # looked at again: still nobody can take them
+    stuck = await queue.list(state=[S.PENDING], limit=1)
+    assert "gpu" in (stuck.items[0].state_reason or "")
 
 
 async def test_types_no_agent_declares_go_to_handlers_unrouted(open_queue: OpenQueue) -> None:

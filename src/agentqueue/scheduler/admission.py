@@ -23,7 +23,7 @@ import heapq
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from uuid import UUID
 
 from ..config import Settings
@@ -274,6 +274,10 @@ def plan(
     return Plan(chosen, left, room, took, routed, waiting)
 
 
+ROUTE_RETRY_SECS = 30.0
+"""A task no agent can take is routed again this long after (the configuration a scheduler
+reads changes only when it restarts, so more often would find the same answer)."""
+
 MAX_TENANTS = 1000
 """Tenants with waiting work weighed in one admission pass."""
 
@@ -319,10 +323,7 @@ async def admit_limited(rt: Runtime, limit: int) -> list[UUID]:
             event = bulk_event(Action.ADMIT, now, ADMITTER, agent)
             written.update(await tx.admit_ids(ids, now, event, agent))
         admitted = [i for i in chosen.ids if i in written]
-        by_id = {c.id: c for c in candidates}
-        await tx.note_waiting(
-            {i: why for i, why in chosen.waiting.items() if by_id[i].state_reason != why}
-        )
+        await tx.note_waiting(chosen.waiting, now + timedelta(seconds=ROUTE_RETRY_SECS))
         if names:
             left = chosen.refund(admitted)
             await tx.save_rate_buckets({name: Bucket(left[name], now) for name in names})

@@ -139,7 +139,6 @@ class Candidate:
     seq: int
     kind: str = "task"
     labels: tuple[str, ...] = ()
-    state_reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -315,8 +314,9 @@ class Tx(Protocol):
         """ADMIT the tasks among ``ids`` still pending and due; return the ids admitted."""
         ...
 
-    async def note_waiting(self, reasons: Mapping[UUID, str]) -> None:
-        """Record why these pending tasks wait (their ``state_reason``; no state change)."""
+    async def note_waiting(self, reasons: Mapping[UUID, str], until: datetime) -> None:
+        """Record why these pending tasks wait (their ``state_reason``; no state change), and
+        leave them out of admission's candidates until ``until``."""
         ...
 
     # Waiting on tools (R9).
@@ -425,8 +425,8 @@ class Store(Protocol):
     ) -> list[Task]:
         """CLAIM up to ``limit`` queued tasks (none of a ``paused`` type) in claim order (R4)
         for ``event.actor``, skipping ones other claimers hold; each gets a fresh lock_token.
-        With ``agents``, a task routed to an agent is taken only if it is one of them (and one
-        routed to none only if its type is among ``task_types``).
+        Only tasks of ``task_types`` (None: any); with ``agents``, a task routed to an agent is
+        taken only if it is one of them.
         Returns them as claimed, in that order."""
         ...
 

@@ -171,6 +171,7 @@ _ROW_TIMES = (
 def task_from_row(row: Row, codec: Codec) -> Task:
     """A Task from a row of aq_tasks (every column, any order)."""
     values = dict(row)  # type: ignore[call-overload]
+    values.pop("route_after", None)  # admission's own bookkeeping, not a task field
     values["state"] = TaskState(values["state"])
     values["depends_on"] = codec.uuids_in(values["depends_on"])
     values["tool_calls"] = tuple(codec.json_in(values["tool_calls"]) or ())

@@ -81,6 +81,14 @@ class Pipelines:
         )
         self.context = ctx
         self.by_kind: dict[str, Pipeline] = {kind: make(ctx) for kind, make in _KINDS.items()}
+        for index, rule in enumerate(settings.guardrails):
+            for kind in rule.applies_to:
+                pipeline = self.by_kind.get(kind)
+                where = f"guardrails.{index}.applies_to"
+                if pipeline is None:
+                    raise ConfigError(f"no kind {kind!r} is registered", where)
+                if not pipeline.guarded:
+                    raise ConfigError(f"the {kind} pipeline never consults guardrails", where)
 
     def for_spec(self, spec: TaskSpec) -> Pipeline | None:
         """The pipeline a submission goes through: the kind it names (None if no such kind is

@@ -118,6 +118,20 @@ class AgentBook:
         """Agents that declare ``task_type`` and every one of ``labels``."""
         return [a for a in self.serving(task_type) if a.labels.issuperset(labels)]
 
+    def named(self, task: Routable, role: str) -> Route:
+        """To the agent ``task.assignee`` names (its ``role``: assignee, recipient), if it is
+        configured and takes the task's type and labels; else wait, saying why."""
+        name = task.assignee
+        agent = self.get(name) if name is not None else None
+        if agent is None:
+            return Route.wait(f"{role} {name!r} is not a configured agent")
+        if task.task_type not in agent.task_types:
+            return Route.wait(f"{role} {name!r} does not take task type {task.task_type!r}")
+        missing = [label for label in task.labels if label not in agent.labels]
+        if missing:
+            return Route.wait(f"{role} {name!r} lacks the labels {', '.join(missing)}")
+        return Route.to(agent.name)
+
 
 @dataclass(frozen=True)
 class PipelineContext:
@@ -133,6 +147,8 @@ class Pipeline(Protocol):
     :func:`agentqueue.scheduler.pipelines.register_kind`."""
 
     kind: str
+    guarded: bool
+    """Whether it consults the guardrails (a rule may name only such kinds in applies_to)."""
 
     def accepts(self, spec: TaskSpec) -> bool:
         """Whether a submission that names no kind is of this kind."""

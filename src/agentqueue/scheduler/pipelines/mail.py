@@ -19,6 +19,7 @@ class MailPipeline:
     """Mail between agents (source ``mail``)."""
 
     kind = "mail"
+    guarded = False
 
     def __init__(self, ctx: PipelineContext) -> None:
         self.ctx = ctx
@@ -50,9 +51,6 @@ class MailPipeline:
 
     def route(self, task: Routable) -> Route:
         """The recipient, and nobody else (the seed's broadcast)."""
-        recipient = task.assignee
         if not self.ctx.agents.routing:
             return Route.unrouted()
-        if recipient is None or self.ctx.agents.get(recipient) is None:
-            return Route.wait(f"recipient {recipient!r} is not a configured agent")
-        return Route.to(recipient)
+        return self.ctx.agents.named(task, "recipient")

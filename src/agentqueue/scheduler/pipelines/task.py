@@ -1,6 +1,7 @@
 """The task pipeline: dependencies -> guardrails -> routing -> dispatch.
 
-Routing: an explicit assignee goes to that agent; otherwise to the least-loaded agent whose
+Routing: an explicit assignee goes to that agent (if it takes the task's type and labels);
+otherwise to the least-loaded agent whose
 capabilities (task types, labels) match; a type no agent declares is left to whoever serves it
 (Python handlers). A task is never broadcast unless its type says ``broadcast = N``, and then
 to at most N capable agents, one task each.
@@ -22,6 +23,7 @@ class TaskPipeline:
     """Ordinary work: issues, pull requests, API calls, cron."""
 
     kind = "task"
+    guarded = True
 
     def __init__(self, ctx: PipelineContext) -> None:
         self.ctx = ctx
@@ -90,9 +92,7 @@ class TaskPipeline:
         if not book.routing:
             return Route.unrouted()
         if task.assignee is not None:
-            if book.get(task.assignee) is None:
-                return Route.wait(f"assignee {task.assignee!r} is not a configured agent")
-            return Route.to(task.assignee)
+            return book.named(task, "assignee")
         capable = book.capable(task.task_type, task.labels)
         if capable:
             return Route.to(*(a.name for a in capable))

@@ -217,11 +217,9 @@ WITH picked AS (
     CROSS JOIN LATERAL (
         SELECT ctid, priority, eligible_at, seq FROM aq_tasks
         WHERE state = 'queued' AND priority = lv.priority
-          -- A task routed to an agent goes to that agent's executors only (R14); the rest to
-          -- whoever serves their type. No agent list: claim by type alone.
-          AND CASE WHEN agent IS NULL OR %(agents)s::text[] IS NULL
-              THEN (%(task_types)s::text[] IS NULL OR task_type = ANY(%(task_types)s::text[]))
-              ELSE agent = ANY(%(agents)s::text[]) END
+          AND (%(task_types)s::text[] IS NULL OR task_type = ANY(%(task_types)s::text[]))
+          -- A task routed to an agent goes to that agent's executors only (R14).
+          AND (%(agents)s::text[] IS NULL OR agent IS NULL OR agent = ANY(%(agents)s::text[]))
           -- Paused task types come as a parameter: a constant the planner can estimate, so the
           -- scan stays on the partial index, in order, with its LIMIT, statistics or not.
           AND NOT (task_type = ANY(%(paused)s::text[]))
@@ -442,15 +440,16 @@ SELECT tenant FROM tenants WHERE tenant IS NOT NULL LIMIT %(limit)s
 -- The best admissible tasks of the given tenants (see pending_tenants): up to %(per_tenant)s of
 -- each priority level of each.
 SELECT c.id, c.tenant, c.task_type, c.assignee, c.priority, c.eligible_at, c.seq, c.kind,
-    c.labels, c.state_reason
+    c.labels
 FROM unnest(%(tenants)s::text[]) AS tenants(tenant)
 CROSS JOIN generate_series(0, 9) AS lv(priority)
 CROSS JOIN LATERAL (
-    SELECT id, tenant, task_type, assignee, priority, eligible_at, seq, kind, labels,
-        state_reason FROM aq_tasks q
+    SELECT id, tenant, task_type, assignee, priority, eligible_at, seq, kind, labels
+    FROM aq_tasks q
     WHERE q.state = 'pending' AND q.tenant = tenants.tenant AND q.priority = lv.priority
       AND q.eligible_at <= %(now)s
       AND NOT (q.task_type = ANY(%(skip_types)s::text[]) AND q.assignee IS NULL)
+      AND (q.route_after IS NULL OR q.route_after <= %(now)s)
     ORDER BY q.eligible_at, q.seq
     LIMIT %(per_tenant)s
 ) c
@@ -648,6 +647,7 @@ RETURNING id
 
 -- name: note_waiting
 -- Why pending tasks wait (no agent can take them): shown by `show`, not a change of state.
-UPDATE aq_tasks t SET state_reason = r.reason
+-- Until %(until)s admission passes them by, so they never hold the window others wait behind.
+UPDATE aq_tasks t SET state_reason = r.reason, route_after = %(until)s
 FROM json_to_recordset(%(rows)s::json) AS r(id uuid, reason text)
-WHERE t.id = r.id AND t.state = 'pending' AND t.state_reason IS DISTINCT FROM r.reason
+WHERE t.id = r.id AND t.state = 'pending'

@@ -157,7 +157,6 @@ class PostgresTx:
                 r["seq"],
                 r["kind"],
                 tuple(r["labels"]),
-                r["state_reason"],
             )
             for r in await cur.fetchall()
         ]
@@ -194,11 +193,11 @@ class PostgresTx:
         admitted = {row["id"] for row in await cur.fetchall()}
         return [i for i in ids if i in admitted]
 
-    async def note_waiting(self, reasons: Mapping[UUID, str]) -> None:
+    async def note_waiting(self, reasons: Mapping[UUID, str], until: datetime) -> None:
         """One statement for all."""
         if reasons:
             rows = [{"id": str(i), "reason": r} for i, r in reasons.items()]
-            await self._conn.execute(Q["note_waiting"], {"rows": json.dumps(rows)})
+            await self._conn.execute(Q["note_waiting"], {"rows": json.dumps(rows), "until": until})
 
     async def active_count(self) -> int:
         """Queued plus executing tasks."""

@@ -188,11 +188,10 @@ WHERE state = 'queued' AND seq IN (
     JOIN aq_tasks AS t ON t.seq IN (
         SELECT q.seq FROM aq_tasks AS q
         WHERE q.state = 'queued' AND q.priority = lv.column1
-          -- A task routed to an agent goes to that agent's executors only (R14); the rest to
-          -- whoever serves their type. No agent list: claim by type alone.
-          AND CASE WHEN q.agent IS NULL OR :agents IS NULL
-              THEN (:task_types IS NULL OR q.task_type IN (SELECT value FROM json_each(:task_types)))
-              ELSE q.agent IN (SELECT value FROM json_each(:agents)) END
+          AND (:task_types IS NULL OR q.task_type IN (SELECT value FROM json_each(:task_types)))
+          -- A task routed to an agent goes to that agent's executors only (R14).
+          AND (:agents IS NULL OR q.agent IS NULL
+               OR q.agent IN (SELECT value FROM json_each(:agents)))
           AND q.task_type NOT IN (SELECT value FROM json_each(:paused))
         ORDER BY q.eligible_at, q.seq
         LIMIT :limit)
@@ -348,7 +347,7 @@ SELECT tenant FROM tenants WHERE tenant IS NOT NULL LIMIT :limit
 -- The best admissible tasks of the given tenants (see pending_tenants): up to :per_tenant of
 -- each priority level of each.
 SELECT c.id, c.tenant, c.task_type, c.assignee, c.priority, c.eligible_at, c.seq, c.kind,
-    c.labels, c.state_reason
+    c.labels
 FROM (SELECT value AS tenant FROM json_each(:tenants)) AS tenants
 JOIN (VALUES (0), (1), (2), (3), (4), (5), (6), (7), (8), (9)) AS lv
 JOIN aq_tasks AS c ON c.seq IN (
@@ -356,6 +355,7 @@ JOIN aq_tasks AS c ON c.seq IN (
     WHERE q.state = 'pending' AND q.tenant = tenants.tenant AND q.priority = lv.column1
       AND q.eligible_at <= :now
       AND NOT (q.task_type IN (SELECT value FROM json_each(:skip_types)) AND q.assignee IS NULL)
+      AND (q.route_after IS NULL OR q.route_after <= :now)
     ORDER BY q.eligible_at, q.seq
     LIMIT :per_tenant)
 
@@ -519,9 +519,8 @@ RETURNING id
 
 -- name: note_waiting
 -- Why pending tasks wait (no agent can take them): shown by `show`, not a change of state.
-UPDATE aq_tasks SET state_reason = (
+-- Until :until admission passes them by, so they never hold the window others wait behind.
+UPDATE aq_tasks SET route_after = :until, state_reason = (
     SELECT r.value ->> 'reason' FROM json_each(:rows) AS r WHERE r.value ->> 'id' = aq_tasks.id)
 WHERE id IN (SELECT r.value ->> 'id' FROM json_each(:rows) AS r)
   AND state = 'pending'
-  AND state_reason IS NOT (
-    SELECT r.value ->> 'reason' FROM json_each(:rows) AS r WHERE r.value ->> 'id' = aq_tasks.id)

@@ -305,7 +305,6 @@ class SQLiteTx:
                     r["seq"],
                     r["kind"],
                     tuple(json.loads(r["labels"])),
-                    r["state_reason"],
                 )
                 for r in c.execute(Q["admission_candidates"], params)
             ]
@@ -361,11 +360,14 @@ class SQLiteTx:
         admitted = await self._conn.run(run)
         return [i for i in ids if i in admitted]
 
-    async def note_waiting(self, reasons: Mapping[UUID, str]) -> None:
+    async def note_waiting(self, reasons: Mapping[UUID, str], until: datetime) -> None:
         """One statement for all."""
         if reasons:
-            rows = _dump([{"id": str(i), "reason": r} for i, r in reasons.items()])
-            await self._conn.run(lambda c: c.execute(Q["note_waiting"], {"rows": rows}))
+            params = {
+                "rows": _dump([{"id": str(i), "reason": r} for i, r in reasons.items()]),
+                "until": to_micros(until),
+            }
+            await self._conn.run(lambda c: c.execute(Q["note_waiting"], params))
 
     async def active_count(self) -> int:
         """Queued plus executing tasks."""
