@@ -425,3 +425,41 @@ def test_with_no_module_configured_the_kind_is_refused(tmp_path: Any) -> None:
     with pytest.raises(ConfigError) as caught:
         Pipelines(settings)
     assert caught.value.fields == ["pipelines.modules"]
+
+
+# --- P0 work and busy agents (R11 with R12) -------------------------------------------------
+
+
+async def test_a_p0_task_goes_beyond_a_full_agents_cap_only_to_take_a_preemptible_slot(
+    open_queue: OpenQueue, clock: ManualClock
+) -> None:
+    queue = await open_queue(agents={"fixer": agent(["bugfix"], 1)})
+    background = (await queue.submit(title="tidy", task_type="bugfix", priority=8)).task
+    await queue.admit()
+    [running] = await claim_as(queue, "fixer")
+    assert running.id == background.id
+
+    def p0(key: str) -> dict[str, Any]:
+        return {"title": key, "task_type": "bugfix", "priority": 0, "idempotency_key": key}
+
+    first = (await queue.submit(**p0("refund-1"))).task
+    clock.advance(seconds=2)
+    assert await queue.admit() == []  # the background task has run 2 s: not yet preemptible
+    clock.advance(seconds=2)
+    [admitted] = await queue.admit()  # 4 s: the P0 task may take its slot
+    assert (admitted.id, admitted.agent) == (first.id, "fixer")
+    second = (await queue.submit(**p0("refund-2"))).task
+    assert await queue.admit() == []  # one preemptible task makes room for one P0 task
+    assert (await queue.get(second.id)).state is S.PENDING
+
+
+async def test_with_preemption_off_a_p0_task_waits_for_the_agents_cap(
+    open_queue: OpenQueue, clock: ManualClock
+) -> None:
+    queue = await open_queue(agents={"fixer": agent(["bugfix"], 1)}, preemption={"enabled": False})
+    await queue.submit(title="tidy", task_type="bugfix", priority=8)
+    await queue.admit()
+    await claim_as(queue, "fixer")
+    clock.advance(seconds=60)
+    await queue.submit(title="refund", task_type="bugfix", priority=0, idempotency_key="r")
+    assert await queue.admit() == []

@@ -388,3 +388,55 @@ async def test_a_p0_tasks_idempotency_key_reaches_the_command_agent(
     assert views[p0.task.id]["idempotency_key"] == "pay-123"
     assert views[plain.task.id]["env_idempotency_key"] is None
     assert views[plain.task.id]["idempotency_key"] is None
+
+
+def starts(record: Path, task_id: UUID) -> int:
+    """How many runs of ``task_id`` began (a preempted run begins and never ends)."""
+    lines = record.read_text().splitlines() if record.exists() else []
+    return sum(
+        1 for line in lines if line.split()[0] == str(task_id) and line.split()[2] == "start"
+    )
+
+
+async def test_a_p0_task_preempts_background_work_of_its_own_full_agent_only(
+    db_url: str, tmp_path: Path
+) -> None:
+    """R11 with per-agent caps: the fixer (cap 1) runs a P2 task for more than 3 s; a P0
+    bugfix is admitted beyond the cap, the P2 task is preempted (queued again, not a retry) and
+    the P0 task starts at once; the writer's P2 task, another agent's work, is left alone."""
+    config = write_config(
+        tmp_path, [agent_section("fixer", ["bugfix"], 1), agent_section("writer", ["docs"], 1)]
+    )
+    record = tmp_path / "runs.log"
+    workers = start_workers(db_url, config, tmp_path, 1)
+    try:
+        async with AsyncQueue(db_url, config=config) as queue:
+            slow = await queue.submit(
+                title="reindex", task_type="bugfix", priority="P2",
+                payload={"record": str(record), "sleep": 6},
+            )  # fmt: skip
+            other = await queue.submit(
+                title="rewrite docs", task_type="docs", priority="P2",
+                payload={"record": str(record), "sleep": 6},
+            )  # fmt: skip
+            await wait_for_state(queue, slow.task.id, TaskState.EXECUTING, tmp_path)
+            await wait_for_state(queue, other.task.id, TaskState.EXECUTING, tmp_path)
+            await asyncio.sleep(3.5)  # both have run for more than 3 s
+            p0 = await queue.submit(
+                title="fix prod", task_type="bugfix", priority="P0", idempotency_key="fix-prod",
+                payload={"record": str(record)},
+            )  # fmt: skip
+            urgent = await wait_for_state(queue, p0.task.id, TaskState.COMPLETED, tmp_path)
+            background = await wait_for_state(queue, slow.task.id, TaskState.COMPLETED, tmp_path)
+            docs = await wait_for_state(queue, other.task.id, TaskState.COMPLETED, tmp_path)
+            slow_actions = [e.action for e in await queue.events(slow.task.id)]
+            docs_actions = [e.action for e in await queue.events(other.task.id)]
+    finally:
+        stop_workers(workers)
+    assert urgent.started_at is not None and urgent.agent == "fixer"
+    waited = (urgent.started_at - urgent.created_at).total_seconds()
+    assert waited < 2.0, f"the P0 task waited {waited:.2f}s for the fixer's slot"
+    assert background.retry_count == 0 and "preempt" in slow_actions and "fail" not in slow_actions
+    assert starts(record, slow.task.id) == 2
+    assert "preempt" not in docs_actions and starts(record, other.task.id) == 1
+    assert docs.retry_count == 0

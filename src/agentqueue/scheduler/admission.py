@@ -66,6 +66,10 @@ class AdmissionPolicy:
     fair_share: bool = True
     weights: Mapping[str, float] = field(default_factory=dict)
     aging_secs: float = 600.0
+    preempt_after_secs: float | None = None
+    """R11: a P0 task may go to an agent at its cap that runs a task of at least
+    ``preempt_min_priority`` started more than this long ago (None: preemption is off)."""
+    preempt_min_priority: int = 7
 
     @classmethod
     def from_settings(cls, settings: Settings) -> AdmissionPolicy:
@@ -87,6 +91,10 @@ class AdmissionPolicy:
             fair_share=settings.admission.fair_share,
             weights=dict(settings.admission.tenant_weights),
             aging_secs=settings.queue.aging_interval_secs,
+            preempt_after_secs=(
+                settings.preemption.after_secs if settings.preemption.enabled else None
+            ),
+            preempt_min_priority=settings.preemption.min_priority,
         )
 
     def limits_of(self, task_type: str, agent: str | None) -> tuple[str, ...]:
@@ -199,6 +207,7 @@ def plan(
     now: datetime,
     limit: int,
     route: Router = lambda c: Route.unrouted(),
+    preemptible: Mapping[str, int] | None = None,
 ) -> Plan:
     """Choose up to ``limit`` candidates to admit, best first, within every limit, and the
     agent each goes to.
@@ -207,7 +216,9 @@ def plan(
     saying which agents may take it. Tenants are served from a heap keyed by the rank of their
     best remaining task (lane, aged priority), then (with fair share) by their admitted work
     divided by their weight, then by that task's age. Among the agents a task may go to, the
-    least loaded (admitted work over its cap) with room and tokens takes it.
+    least loaded (admitted work over its cap) with room and tokens takes it. A P0 task for which
+    every such agent is at its cap goes beyond the cap to one that runs a task it may preempt
+    (``preemptible``, by agent; R11), once per such task.
     """
     room = capacity(policy, load, limit)
     left = dict(tokens)
@@ -221,6 +232,14 @@ def plan(
         queue.sort(key=lambda item: item[0], reverse=True)  # pop() takes the best
     served = Counter(load.by_tenant)
     agents = Counter(load.by_agent)
+    # Each preemptible task makes room for one P0 task beyond its agent's cap, less the P0
+    # tasks already admitted beyond it (they wait to take those slots).
+    spare = Counter(
+        {
+            name: n - max(0, agents[name] - policy.agent_caps.get(name, 0))
+            for name, n in (preemptible or {}).items()
+        }
+    )
     order = {name: i for i, name in enumerate(policy.agent_caps)}
 
     def entry(tenant: str) -> tuple[tuple[object, ...], str]:
@@ -259,6 +278,16 @@ def plan(
                     options, key=lambda a: (agents[a] / policy.agent_caps[a], agents[a], order[a])
                 )
                 fits = True
+            elif c.priority == 0:
+                over = [
+                    a
+                    for a in r.agents
+                    if spare[a] > 0 and has_tokens(policy.limits_of(c.task_type, a))
+                ]
+                if over:
+                    agent = over[0]
+                    spare[agent] -= 1
+                    fits = True
         if fits:
             limits = policy.limits_of(c.task_type, agent)
             chosen.append(c.id)
@@ -315,8 +344,19 @@ async def admit_limited(rt: Runtime, limit: int) -> list[UUID]:
         tenants = await tx.pending_tenants(MAX_TENANTS)
         candidates = await tx.admission_candidates(now, tenants, per_tenant, skip)
         pipelines = rt.pipelines
+        preemptible: dict[str, int] = {}
+        if policy.preempt_after_secs is not None and any(c.priority == 0 for c in candidates):
+            before = now - timedelta(seconds=policy.preempt_after_secs)
+            preemptible = await tx.preemptible(before, policy.preempt_min_priority)
         chosen = plan(
-            candidates, load, tokens, policy, now, limit, lambda c: pipelines.route(c.kind, c)
+            candidates,
+            load,
+            tokens,
+            policy,
+            now,
+            limit,
+            lambda c: pipelines.route(c.kind, c),
+            preemptible,
         )
         written: set[UUID] = set()
         for agent, ids in chosen.by_agent().items():

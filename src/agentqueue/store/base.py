@@ -314,6 +314,11 @@ class Tx(Protocol):
         """ADMIT the tasks among ``ids`` still pending and due; return the ids admitted."""
         ...
 
+    async def preemptible(self, before: datetime, min_priority: int) -> dict[str, int]:
+        """Executing tasks of at least ``min_priority`` started no later than ``before``,
+        counted by the agent running them (the slots a P0 task may take, R11)."""
+        ...
+
     async def note_waiting(self, reasons: Mapping[UUID, str], until: datetime) -> None:
         """Record why these pending tasks wait (their ``state_reason``; no state change), and
         leave them out of admission's candidates until ``until``."""
@@ -493,6 +498,10 @@ class Store(Protocol):
 
     async def work_hints(self, now: datetime) -> WorkHints:
         """Whether lapsed leases, due retries, admissible or queued tasks exist."""
+        ...
+
+    async def queued_p0(self, limit: int = 100) -> list[tuple[str | None, str]]:
+        """(agent, task_type) of queued P0 tasks (up to ``limit`` of them), without repeats."""
         ...
 
     async def logs(self, task_id: UUID, tenant: str | None = None) -> list[LogRecord]:

@@ -600,21 +600,27 @@ class Worker:
     async def _preempt_if_still_queued(self) -> None:
         await asyncio.sleep(PREEMPT_SETTLE_SECS)
         try:
-            hints = await self.queue.store.work_hints(self.queue.clock.now())
+            wanted = await self.queue.store.queued_p0()
         except AgentQueueError:
             return
-        if hints.p0_queued:
-            for victim in self._victims():
+        if wanted:
+            for victim in self._victims(wanted):
                 log.info("asking task %s (P%d) to yield its slot to a P0 task", victim.task.id,
                          victim.task.priority)  # fmt: skip
                 victim.control.request_yield()
 
-    def _victims(self) -> list[_Running]:
-        """For each executor with every slot busy and none yielding yet: its task to preempt,
-        if one is of low enough priority and has run long enough."""
+    def _victims(self, wanted: Sequence[tuple[str | None, str]] | None = None) -> list[_Running]:
+        """For each executor with every slot busy and none yielding yet (and, given the queued
+        P0 tasks' (agent, task_type), only executors that could run one of them): its task to
+        preempt, if one is of low enough priority and has run long enough."""
         victims = []
         now = self.queue.clock.now()
         for executor in self.executors:
+            if wanted is not None and not any(
+                agent in executor.agents if agent is not None else task_type in executor.task_types
+                for agent, task_type in wanted
+            ):
+                continue
             mine = [r for r in self._running.values() if r.executor is executor]
             if len(mine) < executor.max_concurrent or any(r.control.yielding.is_set()
                                                           for r in mine):  # fmt: skip

@@ -421,6 +421,13 @@ SELECT tenant, agent, count(*) AS n FROM aq_tasks
 WHERE state IN ('queued', 'executing')
 GROUP BY tenant, agent
 
+-- name: preemptible
+-- Executing tasks a P0 task may take the slot of (R11), by agent.
+SELECT agent, count(*) AS n FROM aq_tasks
+WHERE state = 'executing' AND agent IS NOT NULL AND priority >= %(min_priority)s
+  AND started_at <= %(before)s
+GROUP BY agent
+
 -- name: active_count
 SELECT count(*) AS n FROM aq_tasks WHERE state IN ('queued', 'executing')
 
@@ -448,7 +455,9 @@ CROSS JOIN LATERAL (
     FROM aq_tasks q
     WHERE q.state = 'pending' AND q.tenant = tenants.tenant AND q.priority = lv.priority
       AND q.eligible_at <= %(now)s
-      AND NOT (q.task_type = ANY(%(skip_types)s::text[]) AND q.assignee IS NULL)
+      -- A P0 task is read even when its type's agents are full: it may preempt (R11).
+      AND NOT (q.task_type = ANY(%(skip_types)s::text[]) AND q.assignee IS NULL
+               AND q.priority > 0)
       AND (q.route_after IS NULL OR q.route_after <= %(now)s)
     ORDER BY q.eligible_at, q.seq
     LIMIT %(per_tenant)s
@@ -651,3 +660,10 @@ RETURNING id
 UPDATE aq_tasks t SET state_reason = r.reason, route_after = %(until)s
 FROM json_to_recordset(%(rows)s::json) AS r(id uuid, reason text)
 WHERE t.id = r.id AND t.state = 'pending'
+
+-- name: queued_p0
+-- Who the queued P0 tasks are for (the agent they were routed to, and their type): a busy worker
+-- preempts only a task of an executor that could run one of them (R11).
+SELECT DISTINCT agent, task_type FROM (
+    SELECT agent, task_type FROM aq_tasks WHERE state = 'queued' AND priority = 0 LIMIT %(limit)s
+) AS p0

@@ -193,6 +193,12 @@ class PostgresTx:
         admitted = {row["id"] for row in await cur.fetchall()}
         return [i for i in ids if i in admitted]
 
+    async def preemptible(self, before: datetime, min_priority: int) -> dict[str, int]:
+        """One grouped count."""
+        params = {"before": before, "min_priority": min_priority}
+        cur = await self._conn.execute(Q["preemptible"], params, prepare=True)
+        return {r["agent"]: int(r["n"]) for r in await cur.fetchall()}
+
     async def note_waiting(self, reasons: Mapping[UUID, str], until: datetime) -> None:
         """One statement for all."""
         if reasons:
@@ -535,6 +541,12 @@ class PostgresStore:
             row = await cur.fetchone()
         assert row is not None
         return WorkHints(*(bool(row[k]) for k in WORK_HINTS))
+
+    async def queued_p0(self, limit: int = 100) -> list[tuple[str | None, str]]:
+        """One read."""
+        async with self._pool.connection() as conn:
+            cur = await conn.execute(Q["queued_p0"], {"limit": limit}, prepare=True)
+            return [(r["agent"], r["task_type"]) for r in await cur.fetchall()]
 
     async def logs(self, task_id: UUID, tenant: str | None = None) -> list[LogRecord]:
         """Captured output of one task."""

@@ -328,6 +328,13 @@ SELECT tenant, agent, count(*) AS n FROM aq_tasks
 WHERE state IN ('queued', 'executing')
 GROUP BY tenant, agent
 
+-- name: preemptible
+-- Executing tasks a P0 task may take the slot of (R11), by agent.
+SELECT agent, count(*) AS n FROM aq_tasks
+WHERE state = 'executing' AND agent IS NOT NULL AND priority >= :min_priority
+  AND started_at <= :before
+GROUP BY agent
+
 -- name: active_count
 SELECT count(*) AS n FROM aq_tasks WHERE state IN ('queued', 'executing')
 
@@ -354,7 +361,9 @@ JOIN aq_tasks AS c ON c.seq IN (
     SELECT q.seq FROM aq_tasks AS q
     WHERE q.state = 'pending' AND q.tenant = tenants.tenant AND q.priority = lv.column1
       AND q.eligible_at <= :now
-      AND NOT (q.task_type IN (SELECT value FROM json_each(:skip_types)) AND q.assignee IS NULL)
+      -- A P0 task is read even when its type's agents are full: it may preempt (R11).
+      AND NOT (q.task_type IN (SELECT value FROM json_each(:skip_types)) AND q.assignee IS NULL
+               AND q.priority > 0)
       AND (q.route_after IS NULL OR q.route_after <= :now)
     ORDER BY q.eligible_at, q.seq
     LIMIT :per_tenant)
@@ -524,3 +533,10 @@ UPDATE aq_tasks SET route_after = :until, state_reason = (
     SELECT r.value ->> 'reason' FROM json_each(:rows) AS r WHERE r.value ->> 'id' = aq_tasks.id)
 WHERE id IN (SELECT r.value ->> 'id' FROM json_each(:rows) AS r)
   AND state = 'pending'
+
+-- name: queued_p0
+-- Who the queued P0 tasks are for (the agent they were routed to, and their type): a busy worker
+-- preempts only a task of an executor that could run one of them (R11).
+SELECT DISTINCT agent, task_type FROM (
+    SELECT agent, task_type FROM aq_tasks WHERE state = 'queued' AND priority = 0 LIMIT :limit
+) AS p0

@@ -360,6 +360,15 @@ class SQLiteTx:
         admitted = await self._conn.run(run)
         return [i for i in ids if i in admitted]
 
+    async def preemptible(self, before: datetime, min_priority: int) -> dict[str, int]:
+        """One grouped count."""
+        params = {"before": to_micros(before), "min_priority": min_priority}
+
+        def run(c: sqlite3.Connection) -> dict[str, int]:
+            return {r["agent"]: int(r["n"]) for r in c.execute(Q["preemptible"], params)}
+
+        return await self._conn.run(run)
+
     async def note_waiting(self, reasons: Mapping[UUID, str], until: datetime) -> None:
         """One statement for all."""
         if reasons:
@@ -772,6 +781,15 @@ class SQLiteStore:
         def run(c: sqlite3.Connection) -> WorkHints:
             row = c.execute(Q["work_hints"], params).fetchone()
             return WorkHints(*(bool(v) for v in row))  # in the order of the query's columns
+
+        return await self._reader.run(run)
+
+    async def queued_p0(self, limit: int = 100) -> list[tuple[str | None, str]]:
+        """One read on the reader connection."""
+
+        def run(c: sqlite3.Connection) -> list[tuple[str | None, str]]:
+            rows = c.execute(Q["queued_p0"], {"limit": limit})
+            return [(r["agent"], r["task_type"]) for r in rows]
 
         return await self._reader.run(run)
 
