@@ -629,8 +629,6 @@ def _run_worker(
     import logging
     import signal
 
-    from .domain.states import TaskState
-
     logging.basicConfig(
         level=os.environ.get("AGENTQUEUE_LOG_LEVEL", "INFO").upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -675,13 +673,11 @@ def _run_worker(
                 watcher.cancel()
 
     async def _stop_when_idle(queue: AsyncQueue, worker: Any) -> None:
-        busy = (TaskState.PENDING, TaskState.QUEUED, TaskState.EXECUTING, TaskState.RETRYING)
         quiet = 0
         await worker.started.wait()
         while True:
             await asyncio.sleep(0.5)
-            counts = (await queue.stats()).by_state
-            quiet = quiet + 1 if sum(counts[s] for s in busy) == 0 else 0
+            quiet = quiet + 1 if await queue.work_left() == 0 else 0
             if quiet >= 2:
                 worker.stop()
                 return

@@ -223,6 +223,11 @@ class AsyncQueue:
         """Task counts by state."""
         return await reads.stats(await self._ready(), self.tenant)
 
+    async def work_left(self) -> int:
+        """Tasks the queue will still move by itself (pending, queued, executing, retrying),
+        not counting pending ones no agent can take."""
+        return await reads.work_left(await self._ready(), self.tenant)
+
     async def dead_letters(self, *, limit: int = 50, cursor: str | None = None) -> TaskPage:
         """Tasks in dead_letter or manual_review, newest first."""
         return await self.list(
@@ -760,6 +765,7 @@ class Queue:
     get = _facade(AsyncQueue.get)
     events = _facade(AsyncQueue.events)
     stats = _facade(AsyncQueue.stats)
+    work_left = _facade(AsyncQueue.work_left)
     dead_letters = _facade(AsyncQueue.dead_letters)
     cancel = _facade(AsyncQueue.cancel)
     review = _facade(AsyncQueue.review)

@@ -440,3 +440,30 @@ async def test_a_p0_task_preempts_background_work_of_its_own_full_agent_only(
     assert starts(record, slow.task.id) == 2
     assert "preempt" not in docs_actions and starts(record, other.task.id) == 1
     assert docs.retry_count == 0
+
+
+async def test_serve_until_idle_stops_when_only_tasks_no_agent_can_take_are_left(
+    db_url: str, tmp_path: Path
+) -> None:
+    config = write_config(tmp_path, [agent_section("fixer", ["bugfix"], 2)])
+    record = tmp_path / "runs.log"
+    async with AsyncQueue(db_url, config=config) as queue:
+        done = await queue.submit(
+            title="plain", task_type="bugfix", payload={"record": str(record)}
+        )
+        stuck = await queue.submit(
+            title="needs a gpu", task_type="bugfix", labels=["gpu"],
+            payload={"record": str(record)},
+        )  # fmt: skip
+    served = await asyncio.to_thread(
+        subprocess.run,
+        [str(AGENTQUEUE), "--db", db_url, "--config", str(config), "serve", "--until-idle"],
+        capture_output=True,
+        timeout=60,
+    )
+    assert served.returncode == 0, served.stderr.decode(errors="replace")[-2000:]
+    async with AsyncQueue(db_url, config=config) as queue:
+        assert (await queue.get(done.task.id)).state is TaskState.COMPLETED
+        left = await queue.get(stuck.task.id)
+        assert left.state is TaskState.PENDING and "gpu" in (left.state_reason or "")
+        assert await queue.work_left() == 0

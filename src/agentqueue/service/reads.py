@@ -81,6 +81,17 @@ async def events(rt: Runtime, task_id: UUID, tenant: str | None = None) -> list[
     return found
 
 
+UNSETTLED = (TaskState.PENDING, TaskState.QUEUED, TaskState.EXECUTING, TaskState.RETRYING)
+
+
+async def work_left(rt: Runtime, tenant: str | None = None) -> int:
+    """Tasks the queue will still move by itself: pending, queued, executing and retrying, less
+    the pending ones no agent can take (set aside until the configuration changes)."""
+    counts = await rt.store.count_by_state(tenant)
+    parked = await rt.store.count_parked(rt.clock.now(), tenant)
+    return sum(counts.get(state, 0) for state in UNSETTLED) - parked
+
+
 async def stats(rt: Runtime, tenant: str | None = None) -> Stats:
     """How many tasks are in each state."""
     counts = await rt.store.count_by_state(tenant)

@@ -485,6 +485,10 @@ class Store(Protocol):
         """The audit events of one task, in order."""
         ...
 
+    async def count_parked(self, now: datetime, tenant: str | None = None) -> int:
+        """Pending tasks admission has set aside because no agent can take them."""
+        ...
+
     async def count_by_state(self, tenant: str | None = None) -> dict[TaskState, int]:
         """How many tasks are in each state (states with none are left out)."""
         ...

@@ -166,6 +166,11 @@ SELECT state, count(*) FROM aq_tasks
 WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
 GROUP BY state
 
+-- name: count_parked
+-- Pending tasks no agent can take, set aside by admission until route_after.
+SELECT count(*) AS count FROM aq_tasks
+WHERE state = 'pending' AND route_after > %(now)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
+
 -- name: task_heads
 SELECT id, tenant, event_seq, last_hash, state FROM aq_tasks ORDER BY id
 

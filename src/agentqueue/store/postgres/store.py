@@ -578,6 +578,13 @@ class PostgresStore:
         finally:
             await conn.close()
 
+    async def count_parked(self, now: datetime, tenant: str | None = None) -> int:
+        """One count."""
+        async with self._pool.connection() as conn:
+            cur = await conn.execute(Q["count_parked"], {"now": now, "tenant": tenant})
+            row = await cur.fetchone()
+            return int(row["count"]) if row else 0
+
     async def count_by_state(self, tenant: str | None = None) -> dict[TaskState, int]:
         """Counts per state."""
         async with self._pool.connection() as conn:

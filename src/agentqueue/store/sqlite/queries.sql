@@ -131,6 +131,11 @@ SELECT state, count(*) AS count FROM aq_tasks
 WHERE (:tenant IS NULL OR tenant = :tenant)
 GROUP BY state
 
+-- name: count_parked
+-- Pending tasks no agent can take, set aside by admission until route_after.
+SELECT count(*) AS count FROM aq_tasks
+WHERE state = 'pending' AND route_after > :now AND (:tenant IS NULL OR tenant = :tenant)
+
 -- name: task_heads
 SELECT id, tenant, event_seq, last_hash, state FROM aq_tasks ORDER BY id
 

@@ -847,6 +847,13 @@ class SQLiteStore:
         finally:
             conn.close()
 
+    async def count_parked(self, now: datetime, tenant: str | None = None) -> int:
+        """One count on the reader connection."""
+        params = {"now": to_micros(now), "tenant": tenant}
+        return await self._reader.run(
+            lambda c: int(c.execute(Q["count_parked"], params).fetchone()[0])
+        )
+
     async def count_by_state(self, tenant: str | None = None) -> dict[TaskState, int]:
         """Counts per state."""
 
