@@ -753,6 +753,24 @@ def scheduler(ctx: click.Context, holder: str | None) -> None:
     run(ctx, go)
 
 
+@main.command("agents")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
+@click.pass_context
+def agents_cmd(ctx: click.Context, as_json: bool) -> None:
+    """The configured agents: what routing may give them, and their load against their cap."""
+    loads = run(ctx, lambda q: q.agents())
+    if as_json:
+        emit_json([a.to_json() for a in loads])
+        return
+    table(
+        ["AGENT", "TASK TYPES", "LABELS", "ADMITTED", "CAP"],
+        [
+            [a.name, ",".join(a.task_types), ",".join(a.labels), a.admitted, a.max_concurrent]
+            for a in loads
+        ],
+    )
+
+
 @main.command()
 @click.argument("task_type", metavar="TYPE", required=False)
 @click.option("--reason", default="", help="Why, for the log and `pause` listing.")

@@ -223,6 +223,11 @@ class AsyncQueue:
         """Task counts by state."""
         return await reads.stats(await self._ready(), self.tenant)
 
+    async def agents(self) -> list[reads.AgentLoad]:
+        """The configured agents with their capabilities, caps and admitted work (all tenants:
+        a cap counts every tenant's work)."""
+        return await reads.agent_loads(await self._ready())
+
     async def work_left(self) -> int:
         """Tasks the queue will still move by itself (pending, queued, executing, retrying),
         not counting pending ones no agent can take."""
@@ -766,6 +771,7 @@ class Queue:
     events = _facade(AsyncQueue.events)
     stats = _facade(AsyncQueue.stats)
     work_left = _facade(AsyncQueue.work_left)
+    agents = _facade(AsyncQueue.agents)
     dead_letters = _facade(AsyncQueue.dead_letters)
     cancel = _facade(AsyncQueue.cancel)
     review = _facade(AsyncQueue.review)

@@ -321,3 +321,25 @@ def test_approve_and_reject_by_an_approver_only_and_both_in_events(
     assert rejected.exit_code == 0, rejected.output
     last = ok_json(db_url, *conf, "events", other["id"])[-1]
     assert (last["action"], last["to"], last["actor"]) == ("reject", "cancelled", "lead")
+
+
+def test_agents_lists_capabilities_and_load_against_the_cap(db_url: str, tmp_path: Path) -> None:
+    config = tmp_path / "agents.toml"
+    config.write_text(
+        '[agents.fixer]\ncommand = ["true"]\ntask_types = ["bugfix"]\nlabels = ["python"]\n'
+        'max_concurrent = 2\n\n[agents.writer]\ncommand = ["true"]\ntask_types = ["docs"]\n'
+    )
+    conf = ("--config", str(config))
+    for i in range(3):
+        ok_json(db_url, *conf, "submit", "--title", f"bug {i}", "--type", "bugfix")
+    with Queue(db_url, config=config) as q:
+        q.admit()
+    listed = ok_json(db_url, *conf, "agents")
+    assert listed == [
+        {"name": "fixer", "task_types": ["bugfix"], "labels": ["python"], "max_concurrent": 2,
+         "admitted": 2},
+        {"name": "writer", "task_types": ["docs"], "labels": [], "max_concurrent": 1,
+         "admitted": 0},
+    ]  # fmt: skip
+    shown = cli(db_url, *conf, "agents")
+    assert shown.exit_code == 0 and "fixer" in shown.stdout and "python" in shown.stdout

@@ -96,3 +96,45 @@ async def stats(rt: Runtime, tenant: str | None = None) -> Stats:
     """How many tasks are in each state."""
     counts = await rt.store.count_by_state(tenant)
     return Stats({state: counts.get(state, 0) for state in TaskState})
+
+
+@dataclass(frozen=True)
+class AgentLoad:
+    """A configured agent, what routing may give it, and its admitted work (queued plus
+    executing, over every worker) against its cap."""
+
+    name: str
+    task_types: list[str]
+    labels: list[str]
+    max_concurrent: int
+    admitted: int
+
+    def to_json(self) -> dict[str, Any]:
+        """As a JSON object."""
+        return {
+            "name": self.name,
+            "task_types": self.task_types,
+            "labels": self.labels,
+            "max_concurrent": self.max_concurrent,
+            "admitted": self.admitted,
+        }
+
+
+async def agent_loads(rt: Runtime) -> list[AgentLoad]:
+    """Every configured agent with its load, in configuration order."""
+    async with rt.store.transaction() as tx:
+        rows = await tx.active_load()
+    admitted: dict[str, int] = {}
+    for row in rows:
+        if row.agent is not None:
+            admitted[row.agent] = admitted.get(row.agent, 0) + row.count
+    return [
+        AgentLoad(
+            a.name,
+            sorted(a.task_types),
+            sorted(a.labels),
+            a.max_concurrent,
+            admitted.get(a.name, 0),
+        )
+        for a in rt.pipelines.context.agents.agents
+    ]
