@@ -463,3 +463,15 @@ async def test_with_preemption_off_a_p0_task_waits_for_the_agents_cap(
     clock.advance(seconds=60)
     await queue.submit(title="refund", task_type="bugfix", priority=0, idempotency_key="r")
     assert await queue.admit() == []
+
+
+async def test_a_paused_type_is_not_admitted_even_for_an_assignee_or_as_p0(
+    open_queue: OpenQueue,
+) -> None:
+    queue = await open_queue(agents={"fixer": agent(["bugfix"], 5)})
+    await queue.pause("bugfix", reason="incident")
+    await queue.submit(title="named", task_type="bugfix", assignee="fixer")
+    await queue.submit(title="urgent", task_type="bugfix", priority=0, idempotency_key="u")
+    assert await queue.admit() == []
+    await queue.resume("bugfix")
+    assert sorted(t.title for t in await queue.admit()) == ["named", "urgent"]

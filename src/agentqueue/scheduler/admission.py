@@ -339,10 +339,10 @@ async def admit_limited(rt: Runtime, limit: int) -> list[UUID]:
         stored = await tx.rate_buckets(names) if names else {}
         tokens = {name: policy.rates[name].refill(stored.get(name), now) for name in names}
         configured = sorted({*policy.serving, *policy.type_limits})
-        skip = [*paused, *full_types(policy, load, tokens, configured)]
+        full = full_types(policy, load, tokens, configured)
         per_tenant = min(limit, room + CANDIDATES_PER_TENANT)
         tenants = await tx.pending_tenants(MAX_TENANTS)
-        candidates = await tx.admission_candidates(now, tenants, per_tenant, skip)
+        candidates = await tx.admission_candidates(now, tenants, per_tenant, full, paused)
         pipelines = rt.pipelines
         preemptible: dict[str, int] = {}
         if policy.preempt_after_secs is not None and any(c.priority == 0 for c in candidates):

@@ -294,10 +294,12 @@ class Tx(Protocol):
         tenants: Sequence[str],
         per_tenant: int,
         skip_types: Sequence[str] = (),
+        paused: Sequence[str] = (),
     ) -> list[Candidate]:
         """Up to ``per_tenant`` admissible pending tasks of each priority level of each of
-        ``tenants``, in claim order within each; tasks of ``skip_types`` (paused, or every agent
-        serving them full) left out unless they name an assignee."""
+        ``tenants``, in claim order within each; tasks of ``paused`` types left out, and those
+        of ``skip_types`` (every agent serving them full) unless they name an assignee or are
+        P0 (which may preempt)."""
         ...
 
     async def rate_buckets(self, names: Sequence[str]) -> dict[str, Bucket]:

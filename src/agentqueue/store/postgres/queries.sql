@@ -460,6 +460,7 @@ CROSS JOIN LATERAL (
     FROM aq_tasks q
     WHERE q.state = 'pending' AND q.tenant = tenants.tenant AND q.priority = lv.priority
       AND q.eligible_at <= %(now)s
+      AND NOT (q.task_type = ANY(%(paused)s::text[]))
       -- A P0 task is read even when its type's agents are full: it may preempt (R11).
       AND NOT (q.task_type = ANY(%(skip_types)s::text[]) AND q.assignee IS NULL
                AND q.priority > 0)

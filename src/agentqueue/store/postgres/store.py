@@ -137,12 +137,14 @@ class PostgresTx:
         tenants: Sequence[str],
         per_tenant: int,
         skip_types: Sequence[str] = (),
+        paused: Sequence[str] = (),
     ) -> list[Candidate]:
         """The heads of the tenants' priority levels."""
         params = {
             "now": now,
             "tenants": list(tenants),
             "per_tenant": per_tenant,
+            "paused": list(paused),
             "skip_types": list(skip_types),
         }
         cur = await self._conn.execute(Q["admission_candidates"], params, prepare=True)

@@ -366,6 +366,7 @@ JOIN aq_tasks AS c ON c.seq IN (
     SELECT q.seq FROM aq_tasks AS q
     WHERE q.state = 'pending' AND q.tenant = tenants.tenant AND q.priority = lv.column1
       AND q.eligible_at <= :now
+      AND q.task_type NOT IN (SELECT value FROM json_each(:paused))
       -- A P0 task is read even when its type's agents are full: it may preempt (R11).
       AND NOT (q.task_type IN (SELECT value FROM json_each(:skip_types)) AND q.assignee IS NULL
                AND q.priority > 0)

@@ -284,12 +284,14 @@ class SQLiteTx:
         tenants: Sequence[str],
         per_tenant: int,
         skip_types: Sequence[str] = (),
+        paused: Sequence[str] = (),
     ) -> list[Candidate]:
         """The heads of the tenants' priority levels."""
         params = {
             "now": to_micros(now),
             "tenants": _dump(list(tenants)),
             "per_tenant": per_tenant,
+            "paused": _dump(list(paused)),
             "skip_types": _dump(list(skip_types)),
         }
 
