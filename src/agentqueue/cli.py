@@ -485,31 +485,14 @@ def _id(value: str) -> Any:
         fail(str(exc), EXIT_BAD_INPUT)
 
 
-def _person_action(name: str, verb: str) -> Callable[..., None]:
+def _person_action(name: str, verb: str, reason_required: bool = False) -> Callable[..., None]:
     @click.argument("task_id", metavar="ID")
-    @click.option("--reason", default="", help="Why, for the audit log.")
-    @click.option("--json", "as_json", is_flag=True, help="Print the task as JSON.")
-    @click.pass_context
-    def command(ctx: click.Context, task_id: str, reason: str, as_json: bool) -> None:
-        tid = _id(task_id)
-        actor = ctx.find_root().obj["actor"]
-        task = run(ctx, lambda q: getattr(q, name)(tid, actor=actor, reason=reason))
-        if as_json:
-            emit_json(task.to_json())
-        else:
-            click.echo(f"{verb} {task.id} (now {task.state.value})")
-
-    return command
-
-
-main.command("cancel", help="Cancel a task that has not ended.")(
-    _person_action("cancel", "cancelled")
-)
-
-
-def _approval(name: str, verb: str) -> Callable[..., None]:
-    @click.argument("task_id", metavar="ID")
-    @click.option("--reason", required=True, help="Why, for the audit log.")
+    # Click takes any default, even None, as the option given: a required one has none.
+    @click.option(
+        "--reason",
+        **({"required": True} if reason_required else {"default": ""}),
+        help="Why, for the audit log.",
+    )
     @click.option("--json", "as_json", is_flag=True, help="Print the task as JSON.")
     @click.pass_context
     def command(ctx: click.Context, task_id: str, reason: str, as_json: bool) -> None:
@@ -524,12 +507,17 @@ def _approval(name: str, verb: str) -> Callable[..., None]:
     return command
 
 
+main.command("cancel", help="Cancel a task that has not ended.")(
+    _person_action("cancel", "cancelled")
+)
+
+
 main.command(
     "approve",
     help="Release a task a guardrail holds for approval (approvers only; --actor says who).",
-)(_approval("approve", "approved"))
+)(_person_action("approve", "approved", reason_required=True))
 main.command("reject", help="Cancel a task a guardrail holds for approval (approvers only).")(
-    _approval("reject", "rejected")
+    _person_action("reject", "rejected", reason_required=True)
 )
 
 

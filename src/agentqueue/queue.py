@@ -278,29 +278,27 @@ class AsyncQueue:
         """Discard a dead letter (or a task in review) for good."""
         return await self._act(Action.ARCHIVE, task_id, actor, reason)
 
-    async def approve(self, task_id: UUID | str, *, actor: str | None = None, reason: str) -> Task:
-        """Release a task a guardrail holds for approval (to pending); only an approver may
-        (Forbidden otherwise). Audited with who and why."""
+    async def _decide(
+        self, approve: bool, task_id: UUID | str, actor: str | None, reason: str
+    ) -> Task:
         return await approvals.decide_approval(
             await self._ready(),
             parse_task_id(task_id),
-            approve=True,
+            approve=approve,
             actor=actor or self.actor,
             reason=reason,
             tenant=self.tenant,
         )
 
+    async def approve(self, task_id: UUID | str, *, actor: str | None = None, reason: str) -> Task:
+        """Release a task a guardrail holds for approval (to pending); only an approver may
+        (Forbidden otherwise). Audited with who and why."""
+        return await self._decide(True, task_id, actor, reason)
+
     async def reject(self, task_id: UUID | str, *, actor: str | None = None, reason: str) -> Task:
         """Cancel a task a guardrail holds for approval; only an approver may (Forbidden
         otherwise). Audited with who and why."""
-        return await approvals.decide_approval(
-            await self._ready(),
-            parse_task_id(task_id),
-            approve=False,
-            actor=actor or self.actor,
-            reason=reason,
-            tenant=self.tenant,
-        )
+        return await self._decide(False, task_id, actor, reason)
 
     # --- executors --------------------------------------------------------------------------
 

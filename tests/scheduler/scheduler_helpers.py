@@ -7,11 +7,17 @@ import os
 import subprocess
 import sys
 import threading
+from collections.abc import Awaitable, Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from agentqueue import AsyncQueue
+
 AGENTQUEUE = Path(sys.executable).with_name("agentqueue")
+
+OpenQueue = Callable[..., Awaitable[AsyncQueue]]
+"""Opens a queue on the test's database with the given settings (the ``open_queue`` fixture)."""
 
 
 def spawn(args: list[str], log: Path) -> subprocess.Popen[bytes]:
@@ -56,3 +62,20 @@ class Hook:
     def bodies(self) -> list[dict[str, Any]]:
         with self._lock:
             return [body for _, body in self.received]
+
+
+def agent(task_types: list[str], cap: int = 1, **more: Any) -> dict[str, Any]:
+    """An ``[agents.NAME]`` entry for a queue that is never run: admission and routing read
+    only its capabilities, cap and limits."""
+    return {"command": [sys.executable, "-c", "pass"], "task_types": task_types,
+            "max_concurrent": cap, **more}  # fmt: skip
+
+
+def max_overlap(intervals: Sequence[tuple[float, float]]) -> int:
+    """The most intervals open at one instant."""
+    edges = sorted([(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals])
+    most = now = 0
+    for _, step in edges:  # an end sorts before a start at the same instant
+        now += step
+        most = max(most, now)
+    return most

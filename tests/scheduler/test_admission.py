@@ -4,44 +4,17 @@ between tenants, and pausing a task type."""
 
 from __future__ import annotations
 
-import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
+from scheduler_helpers import OpenQueue, agent
 
 from agentqueue import AsyncQueue, ManualClock, Task, TaskState
-from agentqueue.config import Settings, load_settings
+from agentqueue.config import load_settings
 from agentqueue.domain.errors import ConfigError, InvalidInput
 from agentqueue.service.execution import Outcome, OutcomeKind
 
 S = TaskState
-AgentConf = dict[str, Any]
-OpenQueue = Callable[..., Awaitable[AsyncQueue]]
-"""Opens a queue on the test's database with the given settings."""
-
-
-def agent(task_types: list[str], cap: int, **more: Any) -> AgentConf:
-    """A command agent entry (never started here: only its cap and limits matter)."""
-    return {"command": [sys.executable, "-c", "pass"], "task_types": task_types,
-            "max_concurrent": cap, **more}  # fmt: skip
-
-
-@pytest.fixture
-async def limited(db_url: str, clock: ManualClock) -> AsyncIterator[OpenQueue]:
-    """Open queues on the test database with the given settings."""
-    opened: list[AsyncQueue] = []
-
-    async def make(**settings: Any) -> AsyncQueue:
-        queue = AsyncQueue(db_url, clock=clock, settings=Settings(**settings))
-        await queue.open()
-        opened.append(queue)
-        return queue
-
-    yield make
-    for queue in opened:
-        await queue.close()
 
 
 async def complete_all(queue: AsyncQueue, tasks: list[Task]) -> None:
@@ -57,9 +30,9 @@ async def admitted_titles(queue: AsyncQueue) -> list[str]:
 
 
 async def test_aged_p5_is_admitted_like_p2_and_the_p0_lane_still_goes_first(
-    limited: OpenQueue, clock: ManualClock
+    open_queue: OpenQueue, clock: ManualClock
 ) -> None:
-    queue = await limited(admission={"max_active": 1})
+    queue = await open_queue(admission={"max_active": 1})
     await queue.submit(title="old P5", task_type="docs", priority=5)
     clock.advance(minutes=30)  # 30 minutes at the default 10-minute aging interval: 5 -> 2
     await queue.submit(title="new P2", task_type="docs", priority=2)
@@ -75,8 +48,8 @@ async def test_aged_p5_is_admitted_like_p2_and_the_p0_lane_still_goes_first(
     assert order == ["P0", "old P5", "new P2", "new P3"]
 
 
-async def test_the_global_cap_counts_queued_and_executing_work(limited: OpenQueue) -> None:
-    queue = await limited(admission={"max_active": 3})
+async def test_the_global_cap_counts_queued_and_executing_work(open_queue: OpenQueue) -> None:
+    queue = await open_queue(admission={"max_active": 3})
     await queue.submit_many([{"title": f"t{i}", "task_type": "docs"} for i in range(10)])
     assert len(await queue.admit()) == 3
     assert await queue.admit() == []  # three queued: the cap is reached
@@ -89,9 +62,9 @@ async def test_the_global_cap_counts_queued_and_executing_work(limited: OpenQueu
 
 
 async def test_agent_cap_counts_a_retried_task_like_a_new_one(
-    limited: OpenQueue, clock: ManualClock
+    open_queue: OpenQueue, clock: ManualClock
 ) -> None:
-    queue = await limited(
+    queue = await open_queue(
         agents={"fixer": agent(["bugfix"], 2)}, retry={"base": 1.0, "cap_secs": 1, "jitter": 0}
     )
     await queue.submit_many([{"title": f"b{i}", "task_type": "bugfix"} for i in range(4)])
@@ -116,8 +89,8 @@ async def test_agent_cap_counts_a_retried_task_like_a_new_one(
     assert len(active.items) == 2
 
 
-async def test_an_explicit_assignee_counts_against_that_agents_cap(limited: OpenQueue) -> None:
-    queue = await limited(agents={"a": agent(["review"], 1), "b": agent(["docs", "review"], 1)})
+async def test_an_explicit_assignee_counts_against_that_agents_cap(open_queue: OpenQueue) -> None:
+    queue = await open_queue(agents={"a": agent(["review"], 1), "b": agent(["docs", "review"], 1)})
     await queue.submit(title="for b", task_type="review", assignee="b")
     await queue.submit(title="docs", task_type="docs")
     await queue.submit(title="review", task_type="review")
@@ -126,9 +99,9 @@ async def test_an_explicit_assignee_counts_against_that_agents_cap(limited: Open
 
 
 async def test_ten_per_minute_admits_thirty_tasks_never_more_than_ten_in_any_minute(
-    limited: OpenQueue, clock: ManualClock
+    open_queue: OpenQueue, clock: ManualClock
 ) -> None:
-    queue = await limited(
+    queue = await open_queue(
         rate_limits={"llm": {"per_minute": 10}}, task_types={"review": {"rate_limit": "llm"}}
     )
     start = clock.now()
@@ -146,13 +119,13 @@ async def test_ten_per_minute_admits_thirty_tasks_never_more_than_ten_in_any_min
 
 
 async def test_a_rate_limit_is_shared_by_every_scheduler(
-    limited: OpenQueue, clock: ManualClock
+    open_queue: OpenQueue, clock: ManualClock
 ) -> None:
     conf = {
         "rate_limits": {"llm": {"per_minute": 6, "burst": 2}},
         "agents": {"writer": agent(["docs"], 100, rate_limit="llm")},
     }
-    one, two = await limited(**conf), await limited(**conf)
+    one, two = await open_queue(**conf), await open_queue(**conf)
     await one.submit_many([{"title": f"d{i}", "task_type": "docs"} for i in range(10)])
     assert len(await one.admit()) == 2  # the burst
     assert await two.admit() == []  # the same bucket, seen from another process
@@ -160,8 +133,8 @@ async def test_a_rate_limit_is_shared_by_every_scheduler(
     assert len(await two.admit()) + len(await one.admit()) == 1
 
 
-async def test_a_small_tenant_is_not_starved_by_a_large_backlog(limited: OpenQueue) -> None:
-    queue = await limited(admission={"max_active": 4})
+async def test_a_small_tenant_is_not_starved_by_a_large_backlog(open_queue: OpenQueue) -> None:
+    queue = await open_queue(admission={"max_active": 4})
     await queue.submit_many(
         [{"title": f"a{i}", "task_type": "docs", "tenant": "a"} for i in range(1000)]
     )
@@ -180,8 +153,8 @@ async def test_a_small_tenant_is_not_starved_by_a_large_backlog(limited: OpenQue
     assert len(b_positions) == 10 and max(b_positions) < a_100th
 
 
-async def test_tenant_weights_share_admissions_in_proportion(limited: OpenQueue) -> None:
-    queue = await limited(admission={"max_active": 30, "tenant_weights": {"big": 2}})
+async def test_tenant_weights_share_admissions_in_proportion(open_queue: OpenQueue) -> None:
+    queue = await open_queue(admission={"max_active": 30, "tenant_weights": {"big": 2}})
     for tenant in ("big", "small"):
         await queue.submit_many(
             [{"title": f"{tenant}{i}", "task_type": "docs", "tenant": tenant} for i in range(50)]
@@ -191,8 +164,8 @@ async def test_tenant_weights_share_admissions_in_proportion(limited: OpenQueue)
     assert sum(t.tenant == "big" for t in admitted) == 20
 
 
-async def test_priority_beats_fair_share(limited: OpenQueue) -> None:
-    queue = await limited(admission={"max_active": 2})
+async def test_priority_beats_fair_share(open_queue: OpenQueue) -> None:
+    queue = await open_queue(admission={"max_active": 2})
     await queue.submit_many(
         [{"title": f"a{i}", "task_type": "docs", "tenant": "a", "priority": 2} for i in range(3)]
     )
@@ -202,9 +175,9 @@ async def test_priority_beats_fair_share(limited: OpenQueue) -> None:
 
 @pytest.mark.parametrize("limits", [False, True], ids=["unlimited", "limited"])
 async def test_a_paused_type_is_neither_admitted_nor_claimed_until_resumed(
-    limited: OpenQueue, limits: bool
+    open_queue: OpenQueue, limits: bool
 ) -> None:
-    queue = await limited(admission={"max_active": 100} if limits else {})
+    queue = await open_queue(admission={"max_active": 100} if limits else {})
     early = await queue.submit(title="queued before the pause", task_type="deploy")
     assert early.task.state is (S.PENDING if limits else S.QUEUED)
     if limits:
@@ -229,19 +202,19 @@ async def test_a_paused_type_is_neither_admitted_nor_claimed_until_resumed(
     assert {t.id for t in claimed} == {early.task.id, late.task.id}
 
 
-async def test_pause_refuses_a_bad_type_name(limited: OpenQueue) -> None:
-    queue = await limited()
+async def test_pause_refuses_a_bad_type_name(open_queue: OpenQueue) -> None:
+    queue = await open_queue()
     with pytest.raises(InvalidInput) as caught:
         await queue.pause("not a type!", actor="oncall")
     assert caught.value.problems[0].field == "task_type"
     assert await queue.paused() == []
 
 
-async def test_caps_hold_with_two_schedulers_admitting_at_once(limited: OpenQueue) -> None:
+async def test_caps_hold_with_two_schedulers_admitting_at_once(open_queue: OpenQueue) -> None:
     import asyncio
 
     conf = {"admission": {"max_active": 5}, "agents": {"fixer": agent(["bugfix"], 3)}}
-    one, two = await limited(**conf), await limited(**conf)
+    one, two = await open_queue(**conf), await open_queue(**conf)
     await one.submit_many(
         [{"title": f"t{i}", "task_type": "bugfix" if i % 2 else "docs"} for i in range(40)]
     )

@@ -9,21 +9,11 @@ import sys
 import time
 from pathlib import Path
 
-from scheduler_helpers import spawn
+from scheduler_helpers import max_overlap, spawn
 
 from agentqueue import AsyncQueue, TaskState
 
 AGENT = Path(__file__).with_name("limits_agent.py")
-
-
-def max_overlap(intervals: list[tuple[float, float]]) -> int:
-    """The most intervals open at one instant."""
-    edges = sorted([(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals])
-    most = now = 0
-    for _, step in edges:  # an end sorts before a start at the same instant
-        now += step
-        most = max(most, now)
-    return most
 
 
 def runs(record: Path) -> list[tuple[str, str, float, float]]:

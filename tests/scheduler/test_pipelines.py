@@ -4,12 +4,11 @@ third kind registered from a module named in the configuration."""
 
 from __future__ import annotations
 
-import sys
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
+from scheduler_helpers import OpenQueue, agent
 
 from agentqueue import AsyncQueue, ManualClock, Task, TaskState
 from agentqueue.config import Settings, load_settings
@@ -17,7 +16,6 @@ from agentqueue.domain.errors import ConfigError, Forbidden, InvalidInput, Trans
 from agentqueue.service.execution import Outcome, OutcomeKind
 
 S = TaskState
-OpenQueue = Callable[..., Awaitable[AsyncQueue]]
 
 SIX = ["pangtong", "simayi-challenger", "zhugeliang", "zhouyu", "guanyu", "zhangfei"]
 DELETION = {
@@ -26,28 +24,6 @@ DELETION = {
     "action": "require_approval",
     "applies_to": ["task"],
 }
-
-
-def agent(task_types: list[str], cap: int = 1, **more: Any) -> dict[str, Any]:
-    """A command agent entry (never started here: routing reads its capabilities and cap)."""
-    return {"command": [sys.executable, "-c", "pass"], "task_types": task_types,
-            "max_concurrent": cap, **more}  # fmt: skip
-
-
-@pytest.fixture
-async def open_queue(db_url: str, clock: ManualClock) -> AsyncIterator[OpenQueue]:
-    """Open queues on the test database with the given settings."""
-    opened: list[AsyncQueue] = []
-
-    async def make(**settings: Any) -> AsyncQueue:
-        queue = AsyncQueue(db_url, clock=clock, settings=Settings(**settings), actor="tester")
-        await queue.open()
-        opened.append(queue)
-        return queue
-
-    yield make
-    for queue in opened:
-        await queue.close()
 
 
 async def claim_as(queue: AsyncQueue, agent_name: str, n: int = 100) -> list[Task]:
@@ -416,7 +392,7 @@ async def test_a_third_kind_is_a_module_and_a_line_of_configuration(
     assert admitted.id == plain.id and admitted.agent == "fixer"
 
 
-def test_with_no_module_configured_the_kind_is_refused(tmp_path: Any) -> None:
+def test_a_pipeline_module_that_cannot_be_imported_is_a_config_error(tmp_path: Any) -> None:
     path = tmp_path / "c.toml"
     path.write_text('[pipelines]\nmodules = ["no_such_module_here"]\n')
     settings = load_settings(path)

@@ -24,7 +24,7 @@ from typing import Any
 from uuid import UUID
 
 import pytest
-from scheduler_helpers import AGENTQUEUE, spawn
+from scheduler_helpers import AGENTQUEUE, max_overlap, spawn
 
 from agentqueue import AsyncQueue, Task, TaskState
 from agentqueue.domain.errors import Forbidden
@@ -178,16 +178,6 @@ def seen(record: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
-
-
-def max_overlap(intervals: Sequence[tuple[float, float]]) -> int:
-    """The most intervals open at one instant."""
-    edges = sorted([(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals])
-    most = now = 0
-    for _, step in edges:  # an end sorts before a start at the same instant
-        now += step
-        most = max(most, now)
-    return most
 
 
 async def show(db_url: str, config: Path, task_id: UUID) -> str:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 from uuid import UUID
 
 from ..domain.errors import InvalidInput, NotFound
 from ..domain.models import Event, Task
 from ..domain.states import TaskState
+from ..scheduler.admission import Load
 from ..store import TaskFilter
 from .runtime import Runtime
 
@@ -111,30 +112,21 @@ class AgentLoad:
 
     def to_json(self) -> dict[str, Any]:
         """As a JSON object."""
-        return {
-            "name": self.name,
-            "task_types": self.task_types,
-            "labels": self.labels,
-            "max_concurrent": self.max_concurrent,
-            "admitted": self.admitted,
-        }
+        return asdict(self)
 
 
 async def agent_loads(rt: Runtime) -> list[AgentLoad]:
-    """Every configured agent with its load, in configuration order."""
+    """Every configured agent with its load, counted as admission counts it, in configuration
+    order."""
     async with rt.store.transaction() as tx:
-        rows = await tx.active_load()
-    admitted: dict[str, int] = {}
-    for row in rows:
-        if row.agent is not None:
-            admitted[row.agent] = admitted.get(row.agent, 0) + row.count
+        load = Load.count(await tx.active_load())
     return [
         AgentLoad(
             a.name,
             sorted(a.task_types),
             sorted(a.labels),
             a.max_concurrent,
-            admitted.get(a.name, 0),
+            load.by_agent.get(a.name, 0),
         )
         for a in rt.pipelines.context.agents.agents
     ]
