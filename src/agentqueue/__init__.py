@@ -9,6 +9,8 @@ from .domain.errors import (
     LeaseLost,
     NotFound,
     StoreError,
+    StoreMisconfigured,
+    StoreUnavailable,
     TransitionRefused,
 )
 from .domain.models import Event, Task
@@ -43,6 +45,8 @@ __all__ = [
     "Settings",
     "Stats",
     "StoreError",
+    "StoreMisconfigured",
+    "StoreUnavailable",
     "SubmitResult",
     "SystemClock",
     "Task",

@@ -9,6 +9,8 @@ from .errors import (
     LeaseLost,
     NotFound,
     StoreError,
+    StoreMisconfigured,
+    StoreUnavailable,
     TransitionRefused,
 )
 from .models import DEFAULT_TIMEOUTS, Event, Task
@@ -42,6 +44,8 @@ __all__ = [
     "RefusalKind",
     "Request",
     "StoreError",
+    "StoreMisconfigured",
+    "StoreUnavailable",
     "Task",
     "TaskState",
     "Transition",

@@ -65,6 +65,19 @@ class StoreError(AgentQueueError):
     """The database could not be reached or answered with an unexpected error."""
 
 
+class StoreUnavailable(StoreError):
+    """A passing database fault: the connection was lost or refused, the server is starting,
+    shutting down or restarting, another writer holds the SQLite file, a serialization failure
+    or a deadlock. The loop that meets it waits and tries again; every write is guarded, so
+    trying again is safe even when the lost connection had committed."""
+
+
+class StoreMisconfigured(StoreError):
+    """A database fault that waiting will not mend: authentication failed, no such database,
+    a bad URL or connection option, a schema this release cannot use. Fails fast, naming the
+    cause."""
+
+
 class Conflict(AgentQueueError):
     """A guarded write lost a race it could not resolve by retrying."""
 

@@ -12,10 +12,10 @@ from uuid import UUID
 import psycopg
 from psycopg import sql
 from psycopg.rows import DictRow, dict_row
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from ...domain.audit import StoredEvent
-from ...domain.errors import StoreError
+from ...domain.errors import StoreUnavailable
 from ...domain.models import Event, LogRecord, Task
 from ...domain.schedule import CatchUp, Schedule
 from ...domain.states import BulkEvent, TaskState
@@ -39,6 +39,7 @@ from ..base import (
     TaskHead,
     WorkHints,
 )
+from ..errors import from_postgres
 from ..migrate import Migration, latest_version, run_migrations
 from ..rows import (
     Codec,
@@ -333,16 +334,42 @@ class PostgresStore:
             name="agentqueue",
         )
 
-    async def open(self, *, migrate: bool = True) -> None:
-        """Open the pool and migrate."""
+    async def open(self, *, migrate: bool = True, wait_secs: float = 15.0) -> None:
+        """Connect and migrate. A permanent fault (no such database, a wrong password, a bad
+        option) fails at once; a passing one is tried again for up to ``wait_secs``."""
+        passing = await self._probe()
         try:
-            await self._pool.open(wait=True, timeout=15)
-        except psycopg.OperationalError as exc:
-            raise StoreError(f"cannot reach PostgreSQL: {_redact(str(exc))}") from None
+            await self._pool.open(wait=True, timeout=wait_secs)
         except Exception as exc:  # the pool raises its own timeout type
-            raise StoreError(f"cannot reach PostgreSQL: {_redact(str(exc))}") from None
+            await self._pool.close()
+            error = from_postgres(exc)
+            if passing is not None and isinstance(error, StoreUnavailable):
+                error = StoreUnavailable(f"{passing} (waited {wait_secs:g} s)")
+            raise error from None
         if migrate and await self.schema_version() < latest_version(self.dialect):
             await self.migrate()
+
+    async def _probe(self) -> StoreUnavailable | None:
+        """One direct connection, so that a fault waiting cannot mend is told at once (the pool
+        would retry it until its timeout); a passing fault is returned for the pool to wait on."""
+        try:
+            conn = await psycopg.AsyncConnection.connect(self._url, connect_timeout=5)
+        except psycopg.Error as exc:
+            error = from_postgres(exc)
+            if isinstance(error, StoreUnavailable):
+                return error
+            raise error from None
+        await conn.close()
+        return None
+
+    @asynccontextmanager
+    async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[DictRow]]:
+        """A pooled connection; driver errors leave it classified."""
+        try:
+            async with self._pool.connection() as conn:
+                yield conn
+        except (psycopg.Error, PoolTimeout) as exc:
+            raise from_postgres(exc) from exc
 
     async def close(self) -> None:
         """Close the pool."""
@@ -356,7 +383,7 @@ class PostgresStore:
 
     async def applied_versions(self) -> set[int]:
         """Versions recorded in aq_schema_version."""
-        async with self._pool.connection() as conn:
+        async with self._connection() as conn:
             # CREATE TABLE IF NOT EXISTS is not safe against a concurrent creator (both pass the
             # check, one fails on pg_type): create it under the migration lock.
             async with conn.transaction():
@@ -367,7 +394,7 @@ class PostgresStore:
 
     async def apply_migration(self, migration: Migration) -> bool:
         """Apply one migration unless a concurrent migrator already did."""
-        async with self._pool.connection() as conn, conn.transaction():
+        async with self._connection() as conn, conn.transaction():
             await conn.execute(Q["migration_lock"])
             cur = await conn.execute(Q["applied_versions"])
             if migration.version in {row["version"] for row in await cur.fetchall()}:
@@ -388,7 +415,7 @@ class PostgresStore:
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[PostgresTx]:
         """A transaction on a pooled connection."""
-        async with self._pool.connection() as conn, conn.transaction():
+        async with self._connection() as conn, conn.transaction():
             yield PostgresTx(conn)
 
     async def insert_tasks(self, new: Sequence[NewTask]) -> dict[UUID, int]:
@@ -399,7 +426,7 @@ class PostgresStore:
             "rows": _doc(new_task_rows(new, CODEC)),
             "events": _doc(event_rows([e for n in new for e in n.events], CODEC)),
         }
-        async with self._pool.connection() as conn:
+        async with self._connection() as conn:
             cur = await conn.execute(Q["insert_tasks"], params, prepare=True)
             return {row["id"]: row["seq"] for row in await cur.fetchall()}
 
@@ -415,7 +442,7 @@ class PostgresStore:
             "ttl_secs": ttl_secs,
             "grace_secs": grace_secs,
         }
-        async with self._pool.connection() as conn:
+        async with self._connection() as conn:
             cur = await conn.execute(Q["heartbeat"], params, prepare=True)
             return {row["id"] for row in await cur.fetchall()}
 
@@ -458,7 +485,7 @@ class PostgresStore:
         paused: Sequence[str] = (),
     ) -> list[UUID]:
         """One statement, autocommitted: pick, lock, update, record events, notify."""
-        async with self._pool.connection() as conn:
+        async with self._connection() as conn:
             return await PostgresTx(conn).admit_next(limit, now, aging_secs, event, paused)
 
     async def complete(
@@ -480,14 +507,14 @@ class PostgresStore:
             "data": event.data_text,
             "wake": wake_scheduler,
         }
-        async with self._pool.connection() as conn:
+        async with self._connection() as conn:
             cur = await conn.execute(Q["complete"], params, prepare=True)
             return {row["id"]: (row["event_seq"], row["last_hash"]) for row in await cur.fetchall()}
 
     # --- reads ------------------------------------------------------------------------------
 
     async def _tasks(self, query: str, params: dict[str, Any]) -> list[Task]:
-        async with self._pool.connection() as conn:
+        async with self._connection() as conn:
             cur = await conn.execute(Q[query], params, prepare=True)
             return [task_from_row(row) for row in await cur.fetchall()]
 
@@ -532,13 +559,13 @@ class PostgresStore:
 
     async def events(self, task_id: UUID, tenant: str | None = None) -> list[Event]:
         """One task's events in order."""
-        async with self._pool.connection() as conn:
+        async with self._connection() as conn:
             cur = await conn.execute(Q["events"], {"task_id": task_id, "tenant": tenant})
             return [event_from_row(row, CODEC) for row in await cur.fetchall()]
 
     async def work_hints(self, now: datetime) -> WorkHints:
         """One read over the partial indexes."""
-        async with self._pool.connection() as conn:
+        async with self._connection() as conn:
             cur = await conn.execute(Q["work_hints"], {"now": now}, prepare=True)
             row = await cur.fetchone()
         assert row is not None
@@ -546,57 +573,64 @@ class PostgresStore:
 
     async def queued_p0(self, limit: int = 100) -> list[tuple[str | None, str]]:
         """One read."""
-        async with self._pool.connection() as conn:
+        async with self._connection() as conn:
             cur = await conn.execute(Q["queued_p0"], {"limit": limit}, prepare=True)
             return [(r["agent"], r["task_type"]) for r in await cur.fetchall()]
 
     async def logs(self, task_id: UUID, tenant: str | None = None) -> list[LogRecord]:
         """Captured output of one task."""
-        async with self._pool.connection() as conn:
+        async with self._connection() as conn:
             cur = await conn.execute(Q["logs"], {"task_id": task_id, "tenant": tenant})
             return [log_from_row(row, CODEC) for row in await cur.fetchall()]
 
     async def notify(self, channel: str, payload: str = "") -> None:
         """NOTIFY now."""
-        async with self._pool.connection() as conn:
+        async with self._connection() as conn:
             await conn.execute(Q["notify"], {"channel": channel, "payload": payload})
 
     @asynccontextmanager
     async def listen(self, channels: Sequence[str]) -> AsyncIterator[AsyncIterator[Notice]]:
         """LISTEN on a connection of its own, outside the pool, for as long as the context."""
         try:
-            conn = await psycopg.AsyncConnection.connect(self._url, autocommit=True)
-        except psycopg.OperationalError as exc:
-            raise StoreError(f"cannot reach PostgreSQL: {_redact(str(exc))}") from None
+            conn = await psycopg.AsyncConnection.connect(
+                self._url, autocommit=True, connect_timeout=5
+            )
+        except psycopg.Error as exc:
+            raise from_postgres(exc) from None
         try:
             for channel in channels:
                 await conn.execute(sql.SQL(Q["listen"]).format(channel=sql.Identifier(channel)))
 
             async def notices() -> AsyncIterator[Notice]:
-                async for note in conn.notifies():
-                    yield Notice(note.channel, note.payload)
+                try:
+                    async for note in conn.notifies():
+                        yield Notice(note.channel, note.payload)
+                except psycopg.Error as exc:
+                    raise from_postgres(exc) from exc
 
             yield notices()
+        except psycopg.Error as exc:
+            raise from_postgres(exc) from exc
         finally:
             await conn.close()
 
     async def count_parked(self, now: datetime, tenant: str | None = None) -> int:
         """One count."""
-        async with self._pool.connection() as conn:
+        async with self._connection() as conn:
             cur = await conn.execute(Q["count_parked"], {"now": now, "tenant": tenant})
             row = await cur.fetchone()
             return int(row["count"]) if row else 0
 
     async def count_by_state(self, tenant: str | None = None) -> dict[TaskState, int]:
         """Counts per state."""
-        async with self._pool.connection() as conn:
+        async with self._connection() as conn:
             cur = await conn.execute(Q["count_by_state"], {"tenant": tenant})
             return {TaskState(row["state"]): row["count"] for row in await cur.fetchall()}
 
     @asynccontextmanager
     async def audit_snapshot(self) -> AsyncIterator[AuditSnapshot]:
         """Heads and events through two server-side cursors in one REPEATABLE READ snapshot."""
-        async with self._pool.connection() as conn:
+        async with self._connection() as conn:
             await conn.set_isolation_level(psycopg.IsolationLevel.REPEATABLE_READ)
             try:
                 async with conn.transaction():
@@ -630,7 +664,7 @@ class PostgresStore:
     # --- leadership and pausing --------------------------------------------------------------
 
     async def _one(self, query: str, params: dict[str, Any]) -> dict[str, Any] | None:
-        async with self._pool.connection() as conn:
+        async with self._connection() as conn:
             cur = await conn.execute(Q[query], params)
             return await cur.fetchone()
 
@@ -655,7 +689,7 @@ class PostgresStore:
         await self._one_exec("resign", {"name": name, "holder": holder})
 
     async def _one_exec(self, query: str, params: dict[str, Any]) -> int:
-        async with self._pool.connection() as conn:
+        async with self._connection() as conn:
             cur = await conn.execute(Q[query], params)
             return cur.rowcount
 
@@ -679,13 +713,13 @@ class PostgresStore:
 
     async def paused(self) -> list[PausedType]:
         """Every pause."""
-        async with self._pool.connection() as conn:
+        async with self._connection() as conn:
             cur = await conn.execute(Q["paused"])
             return [PausedType(**row) for row in await cur.fetchall()]
 
     async def execute_raw(self, sql: str, params: dict[str, Any] | None = None) -> None:
         """Run one statement as is (for tests that simulate tampering)."""
-        async with self._pool.connection() as conn:
+        async with self._connection() as conn:
             await conn.execute(sql.encode() if params is None else sql, params)
 
     # --- cron schedules (R18) ------------------------------------------------------------------
@@ -703,7 +737,7 @@ class PostgresStore:
             "created_by": schedule.created_by,
             "now": schedule.created_at,
         }
-        async with self._pool.connection() as conn:
+        async with self._connection() as conn:
             cur = await conn.execute(Q["insert_schedule"], params)
             return bool(await cur.fetchall())
 
@@ -732,21 +766,14 @@ class PostgresStore:
             "last_slot_at": fired,
             "now": now,
         }
-        async with self._pool.connection() as conn:
+        async with self._connection() as conn:
             cur = await conn.execute(Q["advance_schedule"], params, prepare=True)
             return cur.rowcount > 0
 
     async def _schedules(self, query: str, params: dict[str, Any]) -> list[Schedule]:
-        async with self._pool.connection() as conn:
+        async with self._connection() as conn:
             cur = await conn.execute(Q[query], params, prepare=True)
             return [_schedule_from_row(row) for row in await cur.fetchall()]
-
-
-def _redact(message: str) -> str:
-    """Drop anything that looks like a password from a driver message."""
-    import re
-
-    return re.sub(r"(password=)\S+", r"\1***", re.sub(r"//([^:/@]+):[^@]+@", r"//\1:***@", message))
 
 
 def _schedule_from_row(row: dict[str, Any]) -> Schedule:

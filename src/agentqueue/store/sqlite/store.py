@@ -46,6 +46,7 @@ from ..base import (
     TaskHead,
     WorkHints,
 )
+from ..errors import from_sqlite
 from ..migrate import Migration, latest_version, run_migrations
 from ..rows import (
     Codec,
@@ -171,8 +172,8 @@ class _Conn:
                     self._open()
                 assert self.conn is not None
                 return fn(self.conn)
-            except sqlite3.OperationalError as exc:
-                raise StoreError(f"SQLite: {exc}") from exc
+            except sqlite3.Error as exc:
+                raise from_sqlite(exc) from exc
 
         return await loop.run_in_executor(self._executor, call)
 
