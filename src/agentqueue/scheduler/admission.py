@@ -31,7 +31,7 @@ from ..domain.priority import order_key
 from ..domain.states import Action, bulk_event
 from ..service.records import ADMITTER
 from ..service.runtime import Runtime
-from ..store.base import Bucket, Candidate, LoadRow
+from ..store.base import AdmitParams, Bucket, Candidate, CandidateQuery, LoadRow
 from .pipelines import Route
 
 
@@ -330,7 +330,7 @@ async def admit_limited(rt: Runtime, limit: int) -> list[UUID]:
             if room == 0:
                 return []
             if not policy.fair_share or len(await tx.pending_tenants(2)) < 2:
-                return await tx.admit_next(room, now, policy.aging_secs, event, paused)
+                return await tx.admit_next(AdmitParams(room, now, policy.aging_secs, event, paused))
         load = Load.count(await tx.active_load())
         room = capacity(policy, load, limit)
         if room == 0:
@@ -342,7 +342,9 @@ async def admit_limited(rt: Runtime, limit: int) -> list[UUID]:
         full = full_types(policy, load, tokens, configured)
         per_tenant = min(limit, room + CANDIDATES_PER_TENANT)
         tenants = await tx.pending_tenants(MAX_TENANTS)
-        candidates = await tx.admission_candidates(now, tenants, per_tenant, full, paused)
+        candidates = await tx.admission_candidates(
+            CandidateQuery(now, tenants, per_tenant, full, paused)
+        )
         pipelines = rt.pipelines
         preemptible: dict[str, int] = {}
         if policy.preempt_after_secs is not None and any(c.priority == 0 for c in candidates):

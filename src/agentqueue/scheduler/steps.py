@@ -17,6 +17,7 @@ from ..service.records import ADMITTER, decide_and_apply
 from ..service.runtime import Runtime
 from ..service.schedules import fire_due_schedules
 from ..service.tools import time_out_tool_calls
+from ..store.base import AdmitParams
 from .admission import admit_limited
 from .dependencies import advance_dependencies
 from .retention import purge_expired_dead_letters
@@ -63,11 +64,13 @@ async def admit(rt: Runtime, limit: int = 1000) -> list[UUID]:
     now = rt.clock.now()
     # The store tells workers (one notice for the batch) that work was queued.
     return await rt.store.admit(
-        limit,
-        now,
-        rt.settings.queue.aging_interval_secs,
-        bulk_event(Action.ADMIT, now, ACTOR),
-        sorted(await rt.paused_types()),
+        AdmitParams(
+            limit,
+            now,
+            rt.settings.queue.aging_interval_secs,
+            bulk_event(Action.ADMIT, now, ACTOR),
+            sorted(await rt.paused_types()),
+        )
     )
 
 

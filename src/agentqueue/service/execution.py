@@ -18,6 +18,7 @@ from ..domain.errors import InvalidInput
 from ..domain.models import LogRecord, Task
 from ..domain.states import Action, Refusal, RefusalKind, Request, TaskState, bulk_event
 from ..store import Lease
+from ..store.base import ClaimParams
 from .records import apply_decisions, decide_and_apply
 from .runtime import Runtime
 
@@ -46,16 +47,18 @@ async def claim(
     # CLAIM is one of the domain's set-wise actions (BULK_ACTIONS): the store applies it to the
     # whole batch in one statement.
     return await rt.store.claim(
-        n,
-        task_types,
-        now,
-        settings.aging_interval_secs,
-        settings.lease_ttl_secs,
-        settings.deadline_grace_secs,
-        bulk_event(Action.CLAIM, now, worker),
-        # Read at most once a second: a pause reaches every worker's claims within that.
-        sorted(await rt.paused_types()),
-        agents,
+        ClaimParams(
+            limit=n,
+            now=now,
+            event=bulk_event(Action.CLAIM, now, worker),
+            aging_secs=settings.aging_interval_secs,
+            ttl_secs=settings.lease_ttl_secs,
+            grace_secs=settings.deadline_grace_secs,
+            task_types=task_types,
+            # Read at most once a second: a pause reaches every worker's claims within that.
+            paused=sorted(await rt.paused_types()),
+            agents=agents,
+        )
     )
 
 

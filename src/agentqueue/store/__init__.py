@@ -11,13 +11,13 @@ DEFAULT_URL = "sqlite:///agentqueue.db"
 def make_store(url: str) -> Store:
     """The store for a database URL: ``sqlite:///file.db`` or ``postgresql://...``."""
     if url.startswith("sqlite:"):
-        from .sqlite.store import SQLiteStore
+        from .sqlite.dialect import sqlite_store
 
-        return SQLiteStore(url)
+        return sqlite_store(url)
     if url.startswith(("postgresql://", "postgres://")):
-        from .postgres.store import PostgresStore
+        from .postgres.dialect import postgres_store
 
-        return PostgresStore(url)
+        return postgres_store(url)
     shown = url.split("://", 1)[0] + "://..." if "://" in url else "(no scheme)"
     raise InvalidInput(
         f"unsupported database URL {shown}: use sqlite:///path.db or postgresql://...", "db"

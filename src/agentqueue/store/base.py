@@ -232,8 +232,58 @@ class Purge:
     event: Event
 
 
-class Tx(Protocol):
-    """Operations inside one write transaction. Reads here lock what they return."""
+# --- parameters of the operations that take more than four ---------------------------------
+
+
+@dataclass(frozen=True)
+class ClaimParams:
+    """What ``claim`` takes: up to ``limit`` queued tasks for ``event.actor`` at ``now``, none
+    of a ``paused`` type; only ``task_types`` (None: any); with ``agents``, a task routed to an
+    agent only if it is one of them. A lease runs ``ttl_secs``, never past the attempt's
+    deadline plus ``grace_secs``; priorities age one level every ``aging_secs``."""
+
+    limit: int
+    now: datetime
+    event: BulkEvent
+    aging_secs: float
+    ttl_secs: float
+    grace_secs: float
+    task_types: Sequence[str] | None = None
+    paused: Sequence[str] = ()
+    agents: Sequence[str] | None = None
+
+
+@dataclass(frozen=True)
+class AdmitParams:
+    """What ``admit`` and ``Tx.admit_next`` take: up to ``limit`` pending tasks due at ``now``,
+    none of a ``paused`` type, priorities aging one level every ``aging_secs``."""
+
+    limit: int
+    now: datetime
+    aging_secs: float
+    event: BulkEvent
+    paused: Sequence[str] = ()
+
+
+@dataclass(frozen=True)
+class CandidateQuery:
+    """What ``Tx.admission_candidates`` reads: up to ``per_tenant`` admissible pending tasks of
+    each priority level of each of ``tenants`` at ``now``; tasks of ``paused`` types left out,
+    and those of ``skip_types`` (every agent serving them full) unless they name an assignee or
+    are P0 (which may preempt)."""
+
+    now: datetime
+    tenants: Sequence[str]
+    per_tenant: int
+    skip_types: Sequence[str] = ()
+    paused: Sequence[str] = ()
+
+
+# --- inside one write transaction, by role ----------------------------------------------------
+
+
+class TaskTx(Protocol):
+    """Tasks locked and changed inside a transaction. Reads here lock what they return."""
 
     async def lock(self, ids: Sequence[UUID], tenant: str | None = None) -> list[Task]:
         """The tasks with these ids (in this tenant, if given), locked until commit."""
@@ -259,7 +309,22 @@ class Tx(Protocol):
         """Wake listeners when this transaction commits (a no-op without push notifications)."""
         ...
 
-    # Admission under limits (R12): serialised, counted, and set-wise once decided.
+
+class DependencyTx(Protocol):
+    """Dependencies (R13)."""
+
+    async def lock_dependents_ready(self, limit: int) -> list[Task]:
+        """Tasks held for dependencies whose dependencies all completed, or one of which ended
+        otherwise (or no longer exists)."""
+        ...
+
+    async def task_states(self, ids: Sequence[UUID]) -> dict[UUID, TaskState]:
+        """The current state of each task that exists among ``ids``."""
+        ...
+
+
+class AdmissionTx(Protocol):
+    """Admission under limits (R12): serialised, counted, and set-wise once decided."""
 
     async def lock_admission(self) -> None:
         """Wait until no other transaction is admitting under limits, then hold that turn."""
@@ -273,33 +338,32 @@ class Tx(Protocol):
         """Up to ``limit`` tenants that have pending tasks."""
         ...
 
-    async def admit_next(
-        self,
-        limit: int,
-        now: datetime,
-        aging_secs: float,
-        event: BulkEvent,
-        paused: Sequence[str] = (),
-    ) -> list[UUID]:
+    async def admit_next(self, params: AdmitParams) -> list[UUID]:
         """Store.admit (best ``limit`` admissible tasks, set-wise) inside this transaction."""
         ...
+
+    async def admit_ids(
+        self, ids: Sequence[UUID], now: datetime, event: BulkEvent, agent: str | None = None
+    ) -> list[UUID]:
+        """ADMIT the tasks among ``ids`` still pending and due; return the ids admitted."""
+        ...
+
+    async def note_waiting(self, reasons: Mapping[UUID, str], until: datetime) -> None:
+        """Record why these pending tasks wait (their ``state_reason``; no state change), and
+        leave them out of admission's candidates until ``until``."""
+        ...
+
+
+class PlanningTx(Protocol):
+    """What admission's planner reads and keeps: load, candidates, rate buckets, preemption."""
 
     async def active_load(self) -> list[LoadRow]:
         """Admitted work (queued or executing), grouped by tenant and agent."""
         ...
 
-    async def admission_candidates(
-        self,
-        now: datetime,
-        tenants: Sequence[str],
-        per_tenant: int,
-        skip_types: Sequence[str] = (),
-        paused: Sequence[str] = (),
-    ) -> list[Candidate]:
-        """Up to ``per_tenant`` admissible pending tasks of each priority level of each of
-        ``tenants``, in claim order within each; tasks of ``paused`` types left out, and those
-        of ``skip_types`` (every agent serving them full) unless they name an assignee or are
-        P0 (which may preempt)."""
+    async def admission_candidates(self, query: CandidateQuery) -> list[Candidate]:
+        """The admissible pending tasks ``query`` asks for, in claim order within each
+        tenant's priority level."""
         ...
 
     async def rate_buckets(self, names: Sequence[str]) -> dict[str, Bucket]:
@@ -310,23 +374,14 @@ class Tx(Protocol):
         """Store these buckets."""
         ...
 
-    async def admit_ids(
-        self, ids: Sequence[UUID], now: datetime, event: BulkEvent, agent: str | None = None
-    ) -> list[UUID]:
-        """ADMIT the tasks among ``ids`` still pending and due; return the ids admitted."""
-        ...
-
     async def preemptible(self, before: datetime, min_priority: int) -> dict[str, int]:
         """Executing tasks of at least ``min_priority`` started no later than ``before``,
         counted by the agent running them (the slots a P0 task may take, R11)."""
         ...
 
-    async def note_waiting(self, reasons: Mapping[UUID, str], until: datetime) -> None:
-        """Record why these pending tasks wait (their ``state_reason``; no state change), and
-        leave them out of admission's candidates until ``until``."""
-        ...
 
-    # Waiting on tools (R9).
+class ToolTx(Protocol):
+    """Waiting on tools (R9)."""
 
     async def lock_tool_timeouts(self, now: datetime, limit: int) -> list[Task]:
         """waiting_tool tasks whose awaited call's deadline has passed."""
@@ -342,18 +397,9 @@ class Tx(Protocol):
         runner's lease on a call, not a change of state."""
         ...
 
-    # Dependencies (R13).
 
-    async def lock_dependents_ready(self, limit: int) -> list[Task]:
-        """Tasks held for dependencies whose dependencies all completed, or one of which ended
-        otherwise (or no longer exists)."""
-        ...
-
-    async def task_states(self, ids: Sequence[UUID]) -> dict[UUID, TaskState]:
-        """The current state of each task that exists among ``ids``."""
-        ...
-
-    # Dead letter retention and alerts (R8).
+class OutboxTx(Protocol):
+    """Deliveries (alerts, callbacks) written with the change that calls for them (R8)."""
 
     async def enqueue_outbox(self, items: Sequence[OutboxItem]) -> int:
         """Store deliveries to make, due at once, skipping any already stored for the same
@@ -373,6 +419,10 @@ class Tx(Protocol):
         to try next (a delivery already marked delivered stays as it is)."""
         ...
 
+
+class RetentionTx(Protocol):
+    """Dead letter retention (R8)."""
+
     async def lock_expired_dead_letters(
         self, limit: int, p0_before: datetime, other_before: datetime
     ) -> list[Task]:
@@ -386,8 +436,15 @@ class Tx(Protocol):
         ...
 
 
-class Store(Protocol):
-    """A durable home for tasks and their audit events."""
+class Tx(TaskTx, DependencyTx, AdmissionTx, PlanningTx, ToolTx, OutboxTx, RetentionTx, Protocol):
+    """Operations inside one write transaction. Reads here lock what they return."""
+
+
+# --- the store, by role ------------------------------------------------------------------------
+
+
+class StoreLifecycle(Protocol):
+    """Connecting, migrating, and opening write transactions."""
 
     dialect: str
     push_notifications: bool
@@ -414,40 +471,21 @@ class Store(Protocol):
         """A write transaction: commits on success, rolls back on error."""
         ...
 
-    # The hot transitions, applied set-wise (domain.states.BULK_ACTIONS): each writes exactly
-    # what decide() would for every row it touches, audit events included, in a transaction of
-    # its own (one autocommitted statement on PostgreSQL).
 
-    async def claim(
-        self,
-        limit: int,
-        task_types: Sequence[str] | None,
-        now: datetime,
-        aging_secs: float,
-        ttl_secs: float,
-        grace_secs: float,
-        event: BulkEvent,
-        paused: Sequence[str] = (),
-        agents: Sequence[str] | None = None,
-    ) -> list[Task]:
-        """CLAIM up to ``limit`` queued tasks (none of a ``paused`` type) in claim order (R4)
-        for ``event.actor``, skipping ones other claimers hold; each gets a fresh lock_token.
-        Only tasks of ``task_types`` (None: any); with ``agents``, a task routed to an agent is
-        taken only if it is one of them.
+class TaskStore(Protocol):
+    """The hot transitions, applied set-wise (domain.states.BULK_ACTIONS): each writes exactly
+    what decide() would for every row it touches, audit events included, in a transaction of
+    its own (one autocommitted statement on PostgreSQL)."""
+
+    async def claim(self, params: ClaimParams) -> list[Task]:
+        """CLAIM up to ``params.limit`` queued tasks in claim order (R4) for
+        ``params.event.actor``, skipping ones other claimers hold; each gets a fresh lock_token.
         Returns them as claimed, in that order."""
         ...
 
-    async def admit(
-        self,
-        limit: int,
-        now: datetime,
-        aging_secs: float,
-        event: BulkEvent,
-        paused: Sequence[str] = (),
-    ) -> list[UUID]:
-        """ADMIT up to ``limit`` pending tasks that may run now (none of a ``paused`` type),
-        best first; return their ids in that order. Listeners hear CHANNEL_QUEUED once for the
-        batch."""
+    async def admit(self, params: AdmitParams) -> list[UUID]:
+        """ADMIT up to ``params.limit`` pending tasks that may run now, best first; return
+        their ids in that order. Listeners hear CHANNEL_QUEUED once for the batch."""
         ...
 
     async def complete(
@@ -470,6 +508,21 @@ class Store(Protocol):
         inserted already queued."""
         ...
 
+    async def heartbeat(
+        self, leases: Sequence[Lease], now: datetime, ttl_secs: float, grace_secs: float
+    ) -> set[UUID]:
+        """Extend the leases that still hold to ``now + ttl_secs``, but never past the attempt's
+        deadline plus ``grace_secs``; return the ids of the leases that hold."""
+        ...
+
+    async def save_checkpoint(self, task_id: UUID, lock_token: UUID, checkpoint: Any) -> bool:
+        """Keep ``checkpoint`` with an executing task if the lease still holds."""
+        ...
+
+
+class TaskReader(Protocol):
+    """Reads that take no write lock."""
+
     async def find_existing(self, keys: Sequence[DedupKey]) -> list[Task]:
         """Tasks matching any key: same tenant and idempotency_key, or a live task with the same
         tenant, source and source_id."""
@@ -487,19 +540,16 @@ class Store(Protocol):
         """The audit events of one task, in order."""
         ...
 
+    async def logs(self, task_id: UUID, tenant: str | None = None) -> list[LogRecord]:
+        """Captured output of a task, oldest first."""
+        ...
+
     async def count_parked(self, now: datetime, tenant: str | None = None) -> int:
         """Pending tasks admission has set aside because no agent can take them."""
         ...
 
     async def count_by_state(self, tenant: str | None = None) -> dict[TaskState, int]:
         """How many tasks are in each state (states with none are left out)."""
-        ...
-
-    async def heartbeat(
-        self, leases: Sequence[Lease], now: datetime, ttl_secs: float, grace_secs: float
-    ) -> set[UUID]:
-        """Extend the leases that still hold to ``now + ttl_secs``, but never past the attempt's
-        deadline plus ``grace_secs``; return the ids of the leases that hold."""
         ...
 
     async def work_hints(self, now: datetime) -> WorkHints:
@@ -510,9 +560,9 @@ class Store(Protocol):
         """(agent, task_type) of queued P0 tasks (up to ``limit`` of them), without repeats."""
         ...
 
-    async def logs(self, task_id: UUID, tenant: str | None = None) -> list[LogRecord]:
-        """Captured output of a task, oldest first."""
-        ...
+
+class NoticeStore(Protocol):
+    """Wake-ups between processes."""
 
     async def notify(self, channel: str, payload: str = "") -> None:
         """Wake listeners now (outside any transaction)."""
@@ -523,15 +573,17 @@ class Store(Protocol):
         ``CHANNEL_CHANGED`` notice whenever another connection commits."""
         ...
 
+
+class AuditReader(Protocol):
+    """The audit trail as a whole, for verification."""
+
     def audit_snapshot(self) -> AbstractAsyncContextManager[AuditSnapshot]:
         """Every task head and every event, read from one consistent snapshot."""
         ...
 
-    async def save_checkpoint(self, task_id: UUID, lock_token: UUID, checkpoint: Any) -> bool:
-        """Keep ``checkpoint`` with an executing task if the lease still holds."""
-        ...
 
-    # Leadership (R21) and pausing.
+class LeaderStore(Protocol):
+    """Leadership (R21) and pausing."""
 
     async def lead(self, name: str, holder: str, now: datetime, ttl_secs: float) -> int | None:
         """Take or renew the lease of leadership ``name`` for ``holder`` until ``now + ttl``;
@@ -558,7 +610,9 @@ class Store(Protocol):
         """Every paused task type."""
         ...
 
-    # --- cron schedules (R18) ------------------------------------------------------------------
+
+class ScheduleStore(Protocol):
+    """Cron schedules (R18)."""
 
     async def insert_schedule(self, schedule: Schedule) -> bool:
         """Add a schedule; False, writing nothing, if its tenant has one by that name."""
@@ -582,3 +636,16 @@ class Store(Protocol):
         """Move a schedule on to ``next_at`` (recording ``fired``, the latest slot that fired,
         if any) only if it still waits for ``schedule.next_at``; report whether it did."""
         ...
+
+
+class Store(
+    StoreLifecycle,
+    TaskStore,
+    TaskReader,
+    NoticeStore,
+    AuditReader,
+    LeaderStore,
+    ScheduleStore,
+    Protocol,
+):
+    """A durable home for tasks and their audit events."""

@@ -1,13 +1,14 @@
-"""Turning tasks and events into column values and rows back into tasks, for both dialects.
+"""The one codec: statement parameters in, result rows out, for both dialects.
 
 The dialects differ only in how a value is represented (PostgreSQL takes datetimes, UUIDs and
-arrays natively; SQLite keeps microseconds, text and JSON text), so each passes a :class:`Codec`.
+arrays natively; SQLite keeps microseconds, text and JSON text), so each passes a :class:`Codec`,
+and every operation encodes its parameters and decodes its rows through it.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -15,8 +16,21 @@ from uuid import UUID
 
 from ..domain.audit import StoredEvent, data_text
 from ..domain.models import Event, LogRecord, Task
+from ..domain.schedule import CatchUp, Schedule
 from ..domain.states import TaskState
-from .base import Change, DeliveryResult, NewTask, OutboxItem, OutboxRow, Purge, TaskHead
+from .base import (
+    Bucket,
+    Candidate,
+    Change,
+    DeliveryResult,
+    LeaderInfo,
+    NewTask,
+    OutboxItem,
+    OutboxRow,
+    PausedType,
+    Purge,
+    TaskHead,
+)
 
 
 class Row(Protocol):
@@ -29,13 +43,24 @@ def _same(value: Any) -> Any:
     return value
 
 
+def dump(value: Any) -> str:
+    """JSON text as every bulk statement reads it (one document, one parameter per batch)."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
 def _json_text(value: Any) -> str | None:
     return None if value is None else json.dumps(value, separators=(",", ":"))
 
 
+def _seconds(name: str, secs: float) -> tuple[str, Any]:
+    return f"{name}_secs", secs
+
+
 @dataclass(frozen=True)
 class Codec:
-    """How one dialect writes and reads times, UUIDs, UUID lists and JSON."""
+    """How one dialect carries times, UUIDs, lists, durations and JSON: as statement
+    parameters (``*_param``), inside bulk JSON documents (``*_out``) and in result rows
+    (``*_in``)."""
 
     time_out: Callable[[datetime], Any] = _same
     time_in: Callable[[Any], datetime | None] = _same
@@ -45,8 +70,45 @@ class Codec:
     uuids_in: Callable[[Any], tuple[UUID, ...]] = tuple
     json_out: Callable[[Any], Any] = _json_text
     json_in: Callable[[Any], Any] = _same
+    time_param: Callable[[datetime], Any] = _same
+    uuid_param: Callable[[UUID], Any] = _same
+    list_param: Callable[[list[Any]], Any] = list
+    """A list parameter: a native array (PostgreSQL) or JSON text (SQLite)."""
+    duration_param: Callable[[str, float], tuple[str, Any]] = _seconds
+    """A duration parameter's name and value: ``ttl`` as ``ttl_secs`` (float seconds) or as
+    ``ttl_us`` (integer microseconds)."""
     native: bool = True
     """True when the driver already returns UUIDs, datetimes and parsed JSON (PostgreSQL)."""
+
+    def param(self, value: Any) -> Any:
+        """One statement parameter as the driver takes it."""
+        if isinstance(value, datetime):
+            return self.time_param(value)
+        if isinstance(value, UUID):
+            return self.uuid_param(value)
+        if isinstance(value, list | tuple):
+            return self.list_param([self.param(v) for v in value])
+        return value
+
+    def params(self, **values: Any) -> dict[str, Any]:
+        """Statement parameters by name (text, numbers and None pass as they are)."""
+        return {name: self.param(value) for name, value in values.items()}
+
+    def durations(self, **secs: float) -> dict[str, Any]:
+        """Duration parameters, named and scaled as the dialect's queries read them."""
+        return dict(self.duration_param(name, value) for name, value in secs.items())
+
+    def at(self, value: Any) -> datetime:
+        """A time read from a NOT NULL column."""
+        decoded = self.time_in(value)
+        assert decoded is not None
+        return decoded
+
+    def uuid(self, value: Any) -> UUID:
+        """A UUID read from a NOT NULL column."""
+        decoded = self.uuid_in(value)
+        assert decoded is not None
+        return decoded
 
 
 TASK_INSERT_FIELDS = (
@@ -152,11 +214,11 @@ def log_rows(records: Sequence[LogRecord], codec: Codec) -> list[dict[str, Any]]
 def log_from_row(row: Row, codec: Codec) -> LogRecord:
     """A LogRecord from a row of aq_task_logs."""
     return LogRecord(
-        task_id=codec.uuid_in(row["task_id"]),  # type: ignore[arg-type]
+        task_id=codec.uuid(row["task_id"]),
         tenant=row["tenant"],
         attempt=row["attempt"],
         stream=row["stream"],
-        at=codec.time_in(row["at"]),  # type: ignore[arg-type]
+        at=codec.at(row["at"]),
         text=row["text"],
         truncated=bool(row["truncated"]),
     )
@@ -189,10 +251,10 @@ def task_from_row(row: Row, codec: Codec) -> Task:
 def stored_event_from_row(row: Row, codec: Codec) -> StoredEvent:
     """An event exactly as stored (``data`` as text), for verification."""
     return StoredEvent(
-        task_id=codec.uuid_in(row["task_id"]),  # type: ignore[arg-type]
+        task_id=codec.uuid(row["task_id"]),
         tenant=row["tenant"],
         seq=row["seq"],
-        at=codec.time_in(row["at"]),  # type: ignore[arg-type]
+        at=codec.at(row["at"]),
         from_state=row["from_state"],
         to_state=row["to_state"],
         action=row["action"],
@@ -206,7 +268,7 @@ def stored_event_from_row(row: Row, codec: Codec) -> StoredEvent:
 def task_head_from_row(row: Row, codec: Codec) -> TaskHead:
     """The audit head recorded on a task row."""
     return TaskHead(
-        codec.uuid_in(row["id"]),  # type: ignore[arg-type]
+        codec.uuid(row["id"]),
         row["tenant"],
         row["event_seq"],
         row["last_hash"],
@@ -217,10 +279,10 @@ def task_head_from_row(row: Row, codec: Codec) -> TaskHead:
 def event_from_row(row: Row, codec: Codec) -> Event:
     """An Event from a row of aq_events (``data`` as stored text)."""
     return Event(
-        task_id=codec.uuid_in(row["task_id"]),  # type: ignore[arg-type]
+        task_id=codec.uuid(row["task_id"]),
         tenant=row["tenant"],
         seq=row["seq"],
-        at=codec.time_in(row["at"]),  # type: ignore[arg-type]
+        at=codec.at(row["at"]),
         from_state=TaskState(row["from_state"]) if row["from_state"] else None,
         to_state=TaskState(row["to_state"]),
         action=row["action"],
@@ -274,16 +336,82 @@ def outbox_from_row(row: Row, codec: Codec) -> OutboxRow:
     return OutboxRow(
         id=row["id"],
         kind=row["kind"],
-        task_id=codec.uuid_in(row["task_id"]),  # type: ignore[arg-type]
+        task_id=codec.uuid(row["task_id"]),
         tenant=row["tenant"],
         event_seq=row["event_seq"],
         url=row["url"],
         body=json.loads(body) if isinstance(body, str) else body,
         attempts=row["attempts"],
-        created_at=codec.time_in(row["created_at"]),  # type: ignore[arg-type]
+        created_at=codec.at(row["created_at"]),
     )
 
 
 def purge_rows(items: Sequence[Purge], codec: Codec) -> list[dict[str, Any]]:
     """One object per task to purge: its id and its guard."""
     return [{"id": codec.uuid_out(p.task_id), "expected_seq": p.expected_event_seq} for p in items]
+
+
+# --- admission, leadership, pausing and schedules ---------------------------------------------
+
+
+def candidate_from_row(row: Row, codec: Codec) -> Candidate:
+    """A pending task as admission weighs it."""
+    return Candidate(
+        codec.uuid(row["id"]),
+        row["tenant"],
+        row["task_type"],
+        row["assignee"],
+        row["priority"],
+        codec.at(row["eligible_at"]),
+        row["seq"],
+        row["kind"],
+        tuple(codec.json_in(row["labels"])),
+    )
+
+
+def bucket_from_row(row: Row, codec: Codec) -> Bucket:
+    """A rate limit's stored tokens."""
+    return Bucket(row["tokens"], codec.at(row["updated_at"]))
+
+
+def bucket_rows(buckets: Mapping[str, Bucket], codec: Codec) -> list[dict[str, Any]]:
+    """One object per rate limit bucket to store."""
+    return [
+        {"name": n, "tokens": b.tokens, "updated_at": codec.time_out(b.updated_at)}
+        for n, b in buckets.items()
+    ]
+
+
+def leader_from_row(row: Row, codec: Codec) -> LeaderInfo:
+    """A row of aq_leader."""
+    return LeaderInfo(
+        row["name"],
+        row["holder"],
+        row["term"],
+        codec.at(row["acquired_at"]),
+        codec.at(row["renewed_at"]),
+        codec.at(row["expires_at"]),
+    )
+
+
+def paused_from_row(row: Row, codec: Codec) -> PausedType:
+    """A row of aq_paused."""
+    return PausedType(row["task_type"], codec.at(row["paused_at"]), row["paused_by"], row["reason"])
+
+
+def schedule_from_row(row: Row, codec: Codec) -> Schedule:
+    """A Schedule from a row of aq_schedules."""
+    return Schedule(
+        tenant=row["tenant"],
+        name=row["name"],
+        cron=row["cron"],
+        tz=row["tz"],
+        task=codec.json_in(row["task"]),
+        catch_up=CatchUp(row["catch_up"]),
+        next_at=codec.at(row["next_at"]),
+        created_by=row["created_by"],
+        created_at=codec.at(row["created_at"]),
+        updated_at=codec.at(row["updated_at"]),
+        last_slot_at=codec.time_in(row["last_slot_at"]),
+        last_fired_at=codec.time_in(row["last_fired_at"]),
+    )

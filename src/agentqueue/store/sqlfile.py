@@ -1,30 +1,64 @@
-"""Named queries: a .sql file holds blocks that start with ``-- name: some_name``."""
+"""Named queries: each dialect's ``queries/*.sql`` files, split by concern (ARCHITECTURE rule 4).
+
+A query starts with ``-- name: some_name`` and, on the next line, a ``-- `` line describing it;
+its SQL runs to the next name. Comments above a file's first name describe the file.
+"""
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
 _HEADER = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
 
 
-def parse_named_queries(text: str) -> dict[str, str]:
-    """Split ``text`` into {name: sql}. Comments above the first name are ignored."""
-    queries: dict[str, str] = {}
+@dataclass(frozen=True)
+class NamedQuery:
+    """One query: its name, its one-line description, its SQL and the file it is in."""
+
+    name: str
+    description: str
+    sql: str
+    source: str
+
+
+def parse_named_queries(text: str, source: str = "") -> dict[str, NamedQuery]:
+    """Split ``text`` into its queries by name. A name defined twice is an error."""
+    queries: dict[str, NamedQuery] = {}
     matches = list(_HEADER.finditer(text))
     for index, match in enumerate(matches):
         end = matches[index + 1].start() if index + 1 < len(matches) else len(text)
         name = match.group(1)
         if name in queries:
-            raise ValueError(f"query {name!r} is defined twice")
+            raise ValueError(f"query {name!r} is defined twice in {source or 'one file'}")
         body = text[match.end() : end].strip()
-        queries[name] = body.rstrip(";").strip()
+        first, _, rest = body.partition("\n")
+        description = first[2:].strip() if first.startswith("-- ") else ""
+        sql = rest if description else body
+        queries[name] = NamedQuery(name, description, sql.strip().rstrip(";").strip(), source)
     return queries
 
 
 @cache
+def named_queries(dialect: str) -> dict[str, NamedQuery]:
+    """Every named query of one dialect (``sqlite`` or ``postgres``), from all its files."""
+    folder = resources.files("agentqueue.store").joinpath(dialect, "queries")
+    found: dict[str, NamedQuery] = {}
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if not entry.name.endswith(".sql"):
+            continue
+        for name, query in parse_named_queries(entry.read_text(), entry.name).items():
+            if name in found:
+                raise ValueError(
+                    f"{dialect} query {name!r} is defined in {found[name].source} and {entry.name}"
+                )
+            found[name] = query
+    return found
+
+
+@cache
 def load_queries(dialect: str) -> dict[str, str]:
-    """The named queries of one dialect (``sqlite`` or ``postgres``), read once."""
-    text = resources.files("agentqueue.store").joinpath(dialect, "queries.sql").read_text()
-    return parse_named_queries(text)
+    """The SQL of each named query of one dialect, read once."""
+    return {name: query.sql for name, query in named_queries(dialect).items()}

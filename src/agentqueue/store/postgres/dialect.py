@@ -1,0 +1,239 @@
+"""The PostgreSQL dialect: psycopg 3, a connection pool, LISTEN, advisory locks, server-side
+cursors. Only what differs from SQLite is here; the operations are in ``store/sql.py``."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import DictRow, dict_row
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from ...domain.errors import StoreUnavailable
+from ..base import Notice
+from ..errors import from_postgres
+from ..migrate import Migration
+from ..rows import Codec, Row
+from ..sql import SQLStore
+from ..sqlfile import load_queries
+
+Q = load_queries("postgres")
+
+CODEC = Codec(
+    time_out=lambda t: t.isoformat(),
+    uuid_out=str,
+    uuids_out=lambda ids: [str(i) for i in ids],
+    json_out=lambda value: value,  # embedded as is in the JSON document
+)
+
+PREPARED = frozenset(
+    {
+        # the hot set-wise statements
+        "claim", "complete", "admit", "admit_ids", "insert_tasks", "apply", "heartbeat",
+        "insert_logs",
+        # reads and locks every loop makes
+        "lock_tasks", "lock_lapsed", "lock_due_retries", "lock_tool_timeouts", "lock_tool_work",
+        "lock_dependents_ready", "lock_expired_dead_letters", "find_by_idempotency",
+        "find_live_by_source", "get_tasks", "list_tasks", "work_hints", "queued_p0",
+        "active_load", "admission_candidates", "preemptible", "active_count", "pending_tenants",
+        "list_schedules", "delete_schedule", "due_schedules", "advance_schedule",
+    }
+)  # fmt: skip
+"""Queries prepared on first use (the others once psycopg's threshold is reached)."""
+
+Connection = psycopg.AsyncConnection[DictRow]
+
+
+class PostgresSession:
+    """Named queries on one connection; driver errors leave it classified."""
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+
+    async def fetch(self, query: str, params: Mapping[str, Any] | None = None) -> list[Row]:
+        """Rows of ``query``."""
+        try:
+            cur = await self._conn.execute(Q[query], params, prepare=query in PREPARED or None)
+            return list(await cur.fetchall())
+        except psycopg.Error as exc:
+            raise from_postgres(exc) from exc
+
+    async def execute(self, query: str, params: Mapping[str, Any] | None = None) -> int:
+        """Rows touched by ``query``."""
+        try:
+            cur = await self._conn.execute(Q[query], params, prepare=query in PREPARED or None)
+            return cur.rowcount
+        except psycopg.Error as exc:
+            raise from_postgres(exc) from exc
+
+    async def lock_admission(self) -> None:
+        """A transaction-scoped advisory lock: one admitter under limits at a time."""
+        await self.execute("admission_lock")
+
+
+class PostgresDialect:
+    """Tasks and events in PostgreSQL, shared by any number of processes and machines."""
+
+    name = "postgres"
+    push_notifications = True
+    codec = CODEC
+    orders_in_sql = True
+
+    def __init__(
+        self, url: str, *, min_size: int = 1, max_size: int = 10, wait_secs: float = 15.0
+    ) -> None:
+        self._url = url
+        self._wait_secs = wait_secs
+        self._pool: AsyncConnectionPool[Connection] = AsyncConnectionPool(
+            url,
+            connection_class=Connection,
+            min_size=min_size,
+            max_size=max_size,
+            open=False,
+            kwargs={"row_factory": dict_row, "autocommit": True, "options": "-c TimeZone=UTC"},
+            name="agentqueue",
+        )
+
+    async def open(self) -> None:
+        """Open the pool. A permanent fault (no such database, a wrong password, a bad option)
+        fails at once; a passing one is tried again for up to ``wait_secs``."""
+        passing = await self._probe()
+        try:
+            await self._pool.open(wait=True, timeout=self._wait_secs)
+        except Exception as exc:  # the pool raises its own timeout type
+            await self._pool.close()
+            error = from_postgres(exc)
+            if passing is not None and isinstance(error, StoreUnavailable):
+                error = StoreUnavailable(f"{passing} (waited {self._wait_secs:g} s)")
+            raise error from None
+
+    async def _probe(self) -> StoreUnavailable | None:
+        """One direct connection, so that a fault waiting cannot mend is told at once (the pool
+        would retry it until its timeout); a passing fault is returned for the pool to wait on."""
+        try:
+            conn = await psycopg.AsyncConnection.connect(self._url, connect_timeout=5)
+        except psycopg.Error as exc:
+            error = from_postgres(exc)
+            if isinstance(error, StoreUnavailable):
+                return error
+            raise error from None
+        await conn.close()
+        return None
+
+    async def close(self) -> None:
+        """Close the pool."""
+        await self._pool.close()
+
+    @asynccontextmanager
+    async def _connection(self) -> AsyncIterator[Connection]:
+        """A pooled connection; driver errors leave it classified."""
+        try:
+            async with self._pool.connection() as conn:
+                yield conn
+        except (psycopg.Error, PoolTimeout) as exc:
+            raise from_postgres(exc) from exc
+
+    @asynccontextmanager
+    async def _autocommit(self) -> AsyncIterator[PostgresSession]:
+        async with self._connection() as conn:
+            yield PostgresSession(conn)
+
+    def read(self) -> AbstractAsyncContextManager[PostgresSession]:
+        """A pooled connection."""
+        return self._autocommit()
+
+    def write(self, *, renewal: bool = False) -> AbstractAsyncContextManager[PostgresSession]:
+        """A pooled connection: each statement commits by itself."""
+        return self._autocommit()
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[PostgresSession]:
+        """A transaction on a pooled connection."""
+        async with self._connection() as conn, conn.transaction():
+            yield PostgresSession(conn)
+
+    @asynccontextmanager
+    async def listen(self, channels: Sequence[str]) -> AsyncIterator[AsyncIterator[Notice]]:
+        """LISTEN on a connection of its own, outside the pool, for as long as the context."""
+        try:
+            conn = await psycopg.AsyncConnection.connect(
+                self._url, autocommit=True, connect_timeout=5
+            )
+        except psycopg.Error as exc:
+            raise from_postgres(exc) from None
+        try:
+            for channel in channels:
+                await conn.execute(sql.SQL(Q["listen"]).format(channel=sql.Identifier(channel)))
+
+            async def notices() -> AsyncIterator[Notice]:
+                try:
+                    async for note in conn.notifies():
+                        yield Notice(note.channel, note.payload)
+                except psycopg.Error as exc:
+                    raise from_postgres(exc) from exc
+
+            yield notices()
+        except psycopg.Error as exc:
+            raise from_postgres(exc) from exc
+        finally:
+            await conn.close()
+
+    @asynccontextmanager
+    async def snapshot(self, *queries: str) -> AsyncIterator[tuple[AsyncIterator[Row], ...]]:
+        """The queries' rows through server-side cursors in one REPEATABLE READ snapshot."""
+        async with self._connection() as conn:
+            await conn.set_isolation_level(psycopg.IsolationLevel.REPEATABLE_READ)
+            try:
+                async with conn.transaction():
+                    cursors = [conn.cursor(name=f"aq_{query}") for query in queries]
+                    for cursor, query in zip(cursors, queries, strict=True):
+                        await cursor.execute(Q[query])
+
+                    async def rows(
+                        cursor: psycopg.AsyncServerCursor[DictRow],
+                    ) -> AsyncIterator[Row]:
+                        try:
+                            async for row in cursor:
+                                yield row
+                        except psycopg.Error as exc:
+                            raise from_postgres(exc) from exc
+
+                    yield tuple(rows(cursor) for cursor in cursors)
+                    for cursor in cursors:
+                        await cursor.close()
+            finally:
+                await conn.set_isolation_level(None)
+
+    # --- migrations -------------------------------------------------------------------------
+
+    async def applied_versions(self) -> set[int]:
+        """Versions recorded in aq_schema_version."""
+        async with self._connection() as conn:
+            # CREATE TABLE IF NOT EXISTS is not safe against a concurrent creator (both pass the
+            # check, one fails on pg_type): create it under the migration lock.
+            async with conn.transaction():
+                await conn.execute(Q["migration_lock"])
+                await conn.execute(Q["create_version_table"])
+            cur = await conn.execute(Q["applied_versions"])
+            return {row["version"] for row in await cur.fetchall()}
+
+    async def apply_migration(self, migration: Migration) -> bool:
+        """Apply one migration unless a concurrent migrator already did."""
+        async with self._connection() as conn, conn.transaction():
+            await conn.execute(Q["migration_lock"])
+            cur = await conn.execute(Q["applied_versions"])
+            if migration.version in {row["version"] for row in await cur.fetchall()}:
+                return False
+            await conn.execute(migration.sql.encode())
+            await conn.execute(
+                Q["record_version"], {"version": migration.version, "name": migration.name}
+            )
+            return True
+
+
+def postgres_store(url: str, *, min_size: int = 1, max_size: int = 10) -> SQLStore:
+    """The store over one PostgreSQL database."""
+    return SQLStore(PostgresDialect(url, min_size=min_size, max_size=max_size))

@@ -1,0 +1,161 @@
+-- Admission (R4, R12): ADMIT set-wise, and what admission under limits counts (PostgreSQL).
+
+-- name: admit
+-- ADMIT the best admissible pending tasks, set-wise; returns their ids.
+WITH picked AS (
+    SELECT t.ctid FROM generate_series(0, 9) AS lv(priority)
+    CROSS JOIN LATERAL (
+        SELECT ctid, priority, eligible_at, seq FROM aq_tasks
+        WHERE state = 'pending' AND priority = lv.priority
+          -- eligible_at is max(created, run_after) for pending tasks, so this is "run_after has
+          -- passed", as a range on the index instead of a filter over it.
+          AND eligible_at <= %(now)s
+          -- Paused task types come as a parameter: a constant the planner can estimate, so the
+          -- scan stays on the partial index, in order, with its LIMIT, statistics or not.
+          AND NOT (task_type = ANY(%(paused)s::text[]))
+        ORDER BY eligible_at, seq
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) t
+    ORDER BY
+        (t.priority <> 0),
+        CASE WHEN t.priority = 0 THEN 0 ELSE GREATEST(1, t.priority - floor(
+            GREATEST(0, extract(epoch FROM (%(now)s::timestamptz - t.eligible_at)))
+            / %(aging_secs)s)::integer) END,
+        t.eligible_at, t.seq
+    LIMIT %(limit)s
+), upd AS (
+    UPDATE aq_tasks t SET
+        state = 'queued',
+        agent = NULL,
+        state_reason = NULL,
+        updated_at = %(now)s,
+        event_seq = t.event_seq + 1,
+        last_hash = aq_event_hash(t.last_hash, t.id, t.tenant, t.event_seq + 1, %(tail)s)
+    WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM picked))
+    RETURNING t.id, t.tenant, t.event_seq, t.last_hash, t.priority, t.eligible_at, t.seq
+), ev AS (
+    INSERT INTO aq_events (task_id, seq, tenant, at, from_state, to_state, action, actor,
+        reason, data, hash)
+    SELECT u.id, u.event_seq, u.tenant, %(now)s, 'pending', 'queued', 'admit', %(actor)s, '',
+        %(data)s::json, u.last_hash
+    FROM upd u
+), notified AS (
+    -- One NOTIFY for the whole batch, sent when the statement commits ('p0' if it has one).
+    SELECT pg_notify('aq_queued', CASE WHEN bool_or(priority = 0) THEN 'p0' ELSE '' END)
+    FROM upd HAVING count(*) > 0
+)
+-- Selecting the count keeps the planner from dropping the notice as an unused join.
+SELECT id, n.sent FROM upd CROSS JOIN (SELECT count(*) AS sent FROM notified) AS n
+ORDER BY
+    (priority <> 0),
+    CASE WHEN priority = 0 THEN 0 ELSE GREATEST(1, priority - floor(
+        GREATEST(0, extract(epoch FROM (%(now)s::timestamptz - eligible_at)))
+        / %(aging_secs)s)::integer) END,
+    eligible_at, seq
+
+-- name: admission_lock
+-- Take the one turn to admit under limits, until commit.
+-- Admissions under caps are counted, so they are taken one at a time.
+SELECT pg_advisory_xact_lock(418387158645)
+
+-- name: active_load
+-- Admitted work (queued or executing) by tenant and agent.
+-- Admitted work (queued or executing), by what the caps are counted over.
+SELECT tenant, agent, count(*) AS n FROM aq_tasks
+WHERE state IN ('queued', 'executing')
+GROUP BY tenant, agent
+
+-- name: preemptible
+-- Executing tasks a P0 task may take the slot of, counted by agent.
+-- Executing tasks a P0 task may take the slot of (R11), by agent.
+SELECT agent, count(*) AS n FROM aq_tasks
+WHERE state = 'executing' AND agent IS NOT NULL AND priority >= %(min_priority)s
+  AND started_at <= %(before)s
+GROUP BY agent
+
+-- name: active_count
+-- How many tasks are admitted (queued or executing).
+SELECT count(*) AS n FROM aq_tasks WHERE state IN ('queued', 'executing')
+
+-- name: pending_tenants
+-- Tenants that have pending tasks, skipping through the index.
+-- Up to %(limit)s tenants with pending work, found by skipping through the index.
+WITH RECURSIVE tenants(tenant) AS (
+    SELECT (SELECT tenant FROM aq_tasks WHERE state = 'pending' ORDER BY tenant LIMIT 1)
+    UNION ALL
+    SELECT (SELECT t.tenant FROM aq_tasks t
+            WHERE t.state = 'pending' AND t.tenant > tenants.tenant
+            ORDER BY t.tenant LIMIT 1)
+    FROM tenants WHERE tenants.tenant IS NOT NULL
+)
+SELECT tenant FROM tenants WHERE tenant IS NOT NULL LIMIT %(limit)s
+
+-- name: admission_candidates
+-- The best admissible tasks of some tenants, per priority level.
+-- The best admissible tasks of the given tenants (see pending_tenants): up to %(per_tenant)s of
+-- each priority level of each.
+SELECT c.id, c.tenant, c.task_type, c.assignee, c.priority, c.eligible_at, c.seq, c.kind,
+    c.labels
+FROM unnest(%(tenants)s::text[]) AS tenants(tenant)
+CROSS JOIN generate_series(0, 9) AS lv(priority)
+CROSS JOIN LATERAL (
+    SELECT id, tenant, task_type, assignee, priority, eligible_at, seq, kind, labels
+    FROM aq_tasks q
+    WHERE q.state = 'pending' AND q.tenant = tenants.tenant AND q.priority = lv.priority
+      AND q.eligible_at <= %(now)s
+      AND NOT (q.task_type = ANY(%(paused)s::text[]))
+      -- A P0 task is read even when its type's agents are full: it may preempt (R11).
+      AND NOT (q.task_type = ANY(%(skip_types)s::text[]) AND q.assignee IS NULL
+               AND q.priority > 0)
+      AND (q.route_after IS NULL OR q.route_after <= %(now)s)
+    ORDER BY q.eligible_at, q.seq
+    LIMIT %(per_tenant)s
+) c
+
+-- name: rate_buckets
+-- The stored tokens of these rate limits.
+SELECT name, tokens, updated_at FROM aq_rate_buckets WHERE name = ANY(%(names)s::text[])
+FOR UPDATE
+
+-- name: save_rate_buckets
+-- Store rate limit tokens, from a JSON document.
+INSERT INTO aq_rate_buckets (name, tokens, updated_at)
+SELECT * FROM json_to_recordset(%(rows)s::json)
+    AS r(name text, tokens double precision, updated_at timestamptz)
+ON CONFLICT (name) DO UPDATE SET tokens = EXCLUDED.tokens, updated_at = EXCLUDED.updated_at
+
+-- name: admit_ids
+-- ADMIT the chosen tasks still pending and due; returns the ids admitted.
+-- ADMIT the chosen tasks that are still pending (the set-wise form of decide(ADMIT), as in
+-- `admit`, for ids the admission planner picked).
+WITH upd AS (
+    UPDATE aq_tasks t SET
+        state = 'queued',
+        agent = %(agent)s,
+        state_reason = NULL,
+        updated_at = %(now)s,
+        event_seq = t.event_seq + 1,
+        last_hash = aq_event_hash(t.last_hash, t.id, t.tenant, t.event_seq + 1, %(tail)s)
+    WHERE t.id = ANY(%(ids)s::uuid[]) AND t.state = 'pending' AND t.eligible_at <= %(now)s
+    RETURNING t.id, t.tenant, t.event_seq, t.last_hash, t.priority
+), ev AS (
+    INSERT INTO aq_events (task_id, seq, tenant, at, from_state, to_state, action, actor,
+        reason, data, hash)
+    SELECT u.id, u.event_seq, u.tenant, %(now)s, 'pending', 'queued', 'admit', %(actor)s, '',
+        %(data)s::json, u.last_hash
+    FROM upd u
+), notified AS (
+    -- Workers hear of it when the transaction commits ('p0' if it has one).
+    SELECT pg_notify('aq_queued', CASE WHEN bool_or(priority = 0) THEN 'p0' ELSE '' END)
+    FROM upd HAVING count(*) > 0
+)
+SELECT id, n.sent FROM upd CROSS JOIN (SELECT count(*) AS sent FROM notified) AS n
+
+-- name: note_waiting
+-- Record why pending tasks wait, and set them aside until a time.
+-- Why pending tasks wait (no agent can take them): shown by `show`, not a change of state.
+-- Until %(until)s admission passes them by, so they never hold the window others wait behind.
+UPDATE aq_tasks t SET state_reason = r.reason, route_after = %(until)s
+FROM json_to_recordset(%(rows)s::json) AS r(id uuid, reason text)
+WHERE t.id = r.id AND t.state = 'pending'

@@ -1,0 +1,129 @@
+-- The hot transitions of executors: CLAIM, COMPLETE, leases and checkpoints (PostgreSQL).
+-- Applied to a whole batch in one statement each. They implement exactly what
+-- domain/states.py decides for CLAIM and COMPLETE (see BULK_ACTIONS there; tests hold the two
+-- to the same result), and extend each task's audit chain with aq_event_hash().
+
+-- name: heartbeat
+-- Extend the leases whose token still holds; returns their ids.
+UPDATE aq_tasks t SET
+    heartbeat_at = %(now)s,
+    lease_expires_at = LEAST(
+        %(now)s::timestamptz + make_interval(secs => %(ttl_secs)s),
+        t.locked_at + make_interval(secs => t.timeout_secs + %(grace_secs)s))
+FROM json_to_recordset(%(rows)s::json) AS v(id uuid, token uuid)
+WHERE t.id = v.id AND t.lock_token = v.token AND t.state = 'executing'
+RETURNING t.id
+
+-- name: claim
+-- CLAIM the best queued tasks for a worker, set-wise; returns them as claimed.
+WITH picked AS (
+    SELECT t.ctid FROM generate_series(0, 9) AS lv(priority)
+    CROSS JOIN LATERAL (
+        SELECT ctid, priority, eligible_at, seq FROM aq_tasks
+        WHERE state = 'queued' AND priority = lv.priority
+          AND (%(task_types)s::text[] IS NULL OR task_type = ANY(%(task_types)s::text[]))
+          -- A task routed to an agent goes to that agent's executors only (R14).
+          AND (%(agents)s::text[] IS NULL OR agent IS NULL OR agent = ANY(%(agents)s::text[]))
+          -- Paused task types come as a parameter: a constant the planner can estimate, so the
+          -- scan stays on the partial index, in order, with its LIMIT, statistics or not.
+          AND NOT (task_type = ANY(%(paused)s::text[]))
+        ORDER BY eligible_at, seq
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) t
+    ORDER BY
+        (t.priority <> 0),
+        CASE WHEN t.priority = 0 THEN 0 ELSE GREATEST(1, t.priority - floor(
+            GREATEST(0, extract(epoch FROM (%(now)s::timestamptz - t.eligible_at)))
+            / %(aging_secs)s)::integer) END,
+        t.eligible_at, t.seq
+    LIMIT %(limit)s
+), upd AS (
+    UPDATE aq_tasks t SET
+        state = 'executing',
+        lock_token = gen_random_uuid(),
+        locked_at = %(now)s,
+        heartbeat_at = %(now)s,
+        lease_expires_at = %(now)s::timestamptz
+            + make_interval(secs => LEAST(%(ttl_secs)s, t.timeout_secs + %(grace_secs)s)),
+        assigned_to = %(worker)s,
+        started_at = %(now)s,
+        state_reason = NULL,
+        updated_at = %(now)s,
+        event_seq = t.event_seq + 1,
+        last_hash = aq_event_hash(t.last_hash, t.id, t.tenant, t.event_seq + 1, %(tail)s)
+    -- The guard is the pick: it locked rows it saw queued (re-checked under the lock), so their
+    -- ctid is stable and the update is a TID scan, whatever the planner's statistics say.
+    WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM picked))
+    RETURNING t.*
+), ev AS (
+    INSERT INTO aq_events (task_id, seq, tenant, at, from_state, to_state, action, actor,
+        reason, data, hash)
+    SELECT u.id, u.event_seq, u.tenant, %(now)s, 'queued', 'executing', 'claim', %(worker)s, '',
+        %(data)s::json, u.last_hash
+    FROM upd u
+)
+SELECT * FROM upd
+ORDER BY
+    (priority <> 0),
+    CASE WHEN priority = 0 THEN 0 ELSE GREATEST(1, priority - floor(
+        GREATEST(0, extract(epoch FROM (%(now)s::timestamptz - eligible_at)))
+        / %(aging_secs)s)::integer) END,
+    eligible_at, seq
+
+-- name: complete
+-- COMPLETE the tasks whose lease still holds, set-wise; returns each new audit head.
+-- Fenced: only rows still executing under the reported lock_token are completed.
+WITH v AS (
+    SELECT * FROM json_to_recordset(%(rows)s::json) AS v(id uuid, token uuid, result jsonb)
+), upd AS (
+    UPDATE aq_tasks t SET
+        state = 'completed',
+        result = v.result,
+        error = NULL,
+        state_reason = NULL,
+        finished_at = %(now)s,
+        lock_token = NULL,
+        locked_at = NULL,
+        heartbeat_at = NULL,
+        lease_expires_at = NULL,
+        assigned_to = NULL,
+        updated_at = %(now)s,
+        event_seq = t.event_seq + 1,
+        last_hash = aq_event_hash(t.last_hash, t.id, t.tenant, t.event_seq + 1, %(tail)s)
+    FROM v
+    WHERE t.id = v.id AND t.state = 'executing' AND t.lock_token = v.token
+    RETURNING t.id, t.tenant, t.event_seq, t.last_hash
+), ev AS (
+    INSERT INTO aq_events (task_id, seq, tenant, at, from_state, to_state, action, actor,
+        reason, data, hash)
+    SELECT u.id, u.event_seq, u.tenant, %(now)s, 'executing', 'completed', 'complete',
+        %(actor)s, '', %(data)s::json, u.last_hash
+    FROM upd u
+), notified AS (
+    -- Tasks waiting on dependencies may be free now, or admission under caps has room again:
+    -- wake the scheduler (one notice a batch; for dependencies only while such tasks exist,
+    -- one probe of a small partial index).
+    SELECT pg_notify('aq_pending', 'completed')
+    WHERE EXISTS (SELECT 1 FROM upd)
+      AND (%(wake)s OR EXISTS (SELECT 1 FROM aq_tasks
+                               WHERE state = 'blocked' AND hold = 'dependencies'))
+)
+SELECT id, event_seq, last_hash, n.sent FROM upd
+CROSS JOIN (SELECT count(*) AS sent FROM notified) AS n
+
+-- name: save_checkpoint
+-- Keep a checkpoint with an executing task while its lease holds.
+-- Fenced like every executor write: only while the lease holds. Progress, not a change of state:
+-- no event (the checkpoint is recorded with the next change).
+UPDATE aq_tasks SET checkpoint = %(checkpoint)s::jsonb
+WHERE id = %(id)s AND state = 'executing' AND lock_token = %(token)s
+RETURNING id
+
+-- name: queued_p0
+-- Agent and type of the queued P0 tasks, without repeats.
+-- Who the queued P0 tasks are for (the agent they were routed to, and their type): a busy worker
+-- preempts only a task of an executor that could run one of them (R11).
+SELECT DISTINCT agent, task_type FROM (
+    SELECT agent, task_type FROM aq_tasks WHERE state = 'queued' AND priority = 0 LIMIT %(limit)s
+) AS p0

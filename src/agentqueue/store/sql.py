@@ -1,0 +1,662 @@
+"""The store's operations, written once over a :class:`Dialect` (ARCHITECTURE rule 4).
+
+Every operation runs named queries of the same name on both dialects; the dialect supplies the
+connections, the queries, and the :class:`~.rows.Codec` that encodes parameters and decodes rows.
+What truly differs (SQLite's writer thread and its statements that follow a write, PostgreSQL's
+pool, LISTEN and server-side cursors) stays in ``sqlite/dialect.py`` and ``postgres/dialect.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+from uuid import UUID
+
+from ..domain.models import Event, LogRecord, Task
+from ..domain.priority import order_key
+from ..domain.schedule import Schedule
+from ..domain.states import BulkEvent, TaskState
+from .base import (
+    CHANNEL_PENDING,
+    CHANNEL_QUEUED,
+    AdmitParams,
+    AuditSnapshot,
+    Bucket,
+    Candidate,
+    CandidateQuery,
+    Change,
+    ClaimParams,
+    DedupKey,
+    DeliveryResult,
+    LeaderInfo,
+    Lease,
+    LoadRow,
+    NewTask,
+    Notice,
+    OutboxItem,
+    OutboxRow,
+    PausedType,
+    Purge,
+    TaskFilter,
+    WorkHints,
+)
+from .migrate import Migration, latest_version, run_migrations
+from .rows import (
+    Codec,
+    Row,
+    bucket_from_row,
+    bucket_rows,
+    candidate_from_row,
+    change_rows,
+    delivery_rows,
+    dump,
+    event_from_row,
+    event_rows,
+    leader_from_row,
+    log_from_row,
+    log_rows,
+    new_task_rows,
+    outbox_from_row,
+    outbox_rows,
+    paused_from_row,
+    purge_rows,
+    schedule_from_row,
+    stored_event_from_row,
+    task_from_row,
+    task_head_from_row,
+)
+
+WORK_HINTS = ("lapsed", "due", "admissible", "queued", "held", "tool_timeouts", "p0_queued")
+
+
+class Session(Protocol):
+    """Named queries on one connection, in whatever transaction it is in. Driver errors leave
+    every method classified (store/errors.py)."""
+
+    async def fetch(self, query: str, params: Mapping[str, Any] | None = None) -> list[Row]:
+        """Run ``query`` and return its rows."""
+        ...
+
+    async def execute(self, query: str, params: Mapping[str, Any] | None = None) -> int:
+        """Run ``query`` for its effect; return how many rows it touched."""
+        ...
+
+    async def lock_admission(self) -> None:
+        """Take the one turn to admit under limits until this transaction ends."""
+        ...
+
+
+class Dialect(Protocol):
+    """What one database brings: connections, transactions, notices and the migration
+    primitives. Operations never see a driver."""
+
+    name: str
+    """``sqlite`` or ``postgres``: which queries and migrations to use."""
+    push_notifications: bool
+    codec: Codec
+    orders_in_sql: bool
+    """True when ``claim`` and ``admit`` return their rows in claim order already."""
+
+    async def open(self) -> None:
+        """Connect (a permanent fault fails at once)."""
+        ...
+
+    async def close(self) -> None:
+        """Release connections."""
+        ...
+
+    def read(self) -> AbstractAsyncContextManager[Session]:
+        """A session for reads that take no write lock."""
+        ...
+
+    def write(self, *, renewal: bool = False) -> AbstractAsyncContextManager[Session]:
+        """A session for one write, committed when the context ends; ``renewal`` marks a write
+        that only renews a lease."""
+        ...
+
+    def transaction(self) -> AbstractAsyncContextManager[Session]:
+        """A write transaction: commits on success, rolls back on error."""
+        ...
+
+    def listen(self, channels: Sequence[str]) -> AbstractAsyncContextManager[AsyncIterator[Notice]]:
+        """Notices while the context is open (see Store.listen)."""
+        ...
+
+    def snapshot(
+        self, *queries: str
+    ) -> AbstractAsyncContextManager[tuple[AsyncIterator[Row], ...]]:
+        """The rows of each query, streamed, all read from one consistent snapshot."""
+        ...
+
+    async def applied_versions(self) -> set[int]:
+        """Migration versions applied (creating the version table if needed)."""
+        ...
+
+    async def apply_migration(self, migration: Migration) -> bool:
+        """Apply one migration and record it, under a lock; False if another process did."""
+        ...
+
+
+class _Ops:
+    """What a transaction and the store share: the codec and the decoding of task rows."""
+
+    codec: Codec
+
+    def _p(self, **values: Any) -> dict[str, Any]:
+        return self.codec.params(**values)
+
+    async def _tasks(self, s: Session, query: str, **values: Any) -> list[Task]:
+        return [task_from_row(row, self.codec) for row in await s.fetch(query, self._p(**values))]
+
+    async def _admit(self, s: Session, p: AdmitParams, orders_in_sql: bool) -> list[UUID]:
+        params = self._p(
+            paused=list(p.paused),
+            limit=p.limit,
+            now=p.now,
+            actor=p.event.actor,
+            tail=p.event.tail,
+            data=p.event.data_text,
+        )
+        params.update(self.codec.durations(aging=p.aging_secs))
+        rows = await s.fetch("admit", params)
+        if not orders_in_sql:
+            at = self.codec.at
+            rows.sort(
+                key=lambda r: order_key(
+                    r["priority"], at(r["eligible_at"]), r["seq"], p.now, p.aging_secs
+                )
+            )
+        return [self.codec.uuid(row["id"]) for row in rows]
+
+
+class SQLTx(_Ops):
+    """Operations inside one write transaction (base.Tx)."""
+
+    def __init__(self, session: Session, dialect: Dialect) -> None:
+        self._s = session
+        self._dialect = dialect
+        self.codec = dialect.codec
+
+    async def lock(self, ids: Sequence[UUID], tenant: str | None = None) -> list[Task]:
+        """The tasks with these ids, locked."""
+        return await self._tasks(self._s, "lock_tasks", ids=list(ids), tenant=tenant)
+
+    async def lock_lapsed(self, limit: int, now: datetime) -> list[Task]:
+        """Executing tasks whose lease ran out."""
+        return await self._tasks(self._s, "lock_lapsed", limit=limit, now=now)
+
+    async def lock_due_retries(self, limit: int, now: datetime) -> list[Task]:
+        """Retrying tasks whose backoff elapsed."""
+        return await self._tasks(self._s, "lock_due_retries", limit=limit, now=now)
+
+    async def apply(self, changes: Sequence[Change]) -> set[UUID]:
+        """Guarded bulk update with the events of the rows written."""
+        if not changes:
+            return set()
+        rows = change_rows(changes, self.codec)
+        events = event_rows([c.event for c in changes], self.codec)
+        found = await self._s.fetch("apply", {"rows": dump(rows), "events": dump(events)})
+        return {self.codec.uuid(row["id"]) for row in found}
+
+    async def insert_logs(self, records: Sequence[LogRecord]) -> None:
+        """Bulk insert of captured output."""
+        if records:
+            await self._s.execute("insert_logs", {"rows": dump(log_rows(records, self.codec))})
+
+    async def notify(self, channel: str, payload: str = "") -> None:
+        """A notice at commit (listeners without push notifications see the commit itself)."""
+        if self._dialect.push_notifications:
+            await self._s.execute("notify", {"channel": channel, "payload": payload})
+
+    async def lock_dependents_ready(self, limit: int) -> list[Task]:
+        """Held tasks whose dependencies settled."""
+        return await self._tasks(self._s, "lock_dependents_ready", limit=limit)
+
+    async def task_states(self, ids: Sequence[UUID]) -> dict[UUID, TaskState]:
+        """States by id."""
+        rows = await self._s.fetch("task_states", self._p(ids=list(ids)))
+        return {self.codec.uuid(r["id"]): TaskState(r["state"]) for r in rows}
+
+    # --- admission ------------------------------------------------------------------------
+
+    async def lock_admission(self) -> None:
+        """One admitter under limits at a time."""
+        await self._s.lock_admission()
+
+    async def active_count(self) -> int:
+        """Queued plus executing tasks."""
+        rows = await self._s.fetch("active_count")
+        return int(rows[0]["n"]) if rows else 0
+
+    async def pending_tenants(self, limit: int) -> list[str]:
+        """Tenants with pending tasks."""
+        return [r["tenant"] for r in await self._s.fetch("pending_tenants", {"limit": limit})]
+
+    async def admit_next(self, params: AdmitParams) -> list[UUID]:
+        """The store's ADMIT, inside this transaction (its notice goes at commit)."""
+        return await self._admit(self._s, params, self._dialect.orders_in_sql)
+
+    async def admit_ids(
+        self, ids: Sequence[UUID], now: datetime, event: BulkEvent, agent: str | None = None
+    ) -> list[UUID]:
+        """ADMIT the chosen rows still pending, with their events."""
+        if not ids:
+            return []
+        params = self._p(
+            agent=agent,
+            ids=list(ids),
+            now=now,
+            actor=event.actor,
+            tail=event.tail,
+            data=event.data_text,
+        )
+        admitted = {self.codec.uuid(r["id"]) for r in await self._s.fetch("admit_ids", params)}
+        return [i for i in ids if i in admitted]
+
+    async def note_waiting(self, reasons: Mapping[UUID, str], until: datetime) -> None:
+        """One statement for all."""
+        if reasons:
+            rows = dump([{"id": str(i), "reason": r} for i, r in reasons.items()])
+            await self._s.execute("note_waiting", self._p(rows=rows, until=until))
+
+    async def active_load(self) -> list[LoadRow]:
+        """Queued and executing tasks, grouped."""
+        return [
+            LoadRow(r["tenant"], r["agent"], r["n"]) for r in await self._s.fetch("active_load")
+        ]
+
+    async def admission_candidates(self, query: CandidateQuery) -> list[Candidate]:
+        """The heads of the tenants' priority levels."""
+        params = self._p(
+            now=query.now,
+            tenants=list(query.tenants),
+            per_tenant=query.per_tenant,
+            paused=list(query.paused),
+            skip_types=list(query.skip_types),
+        )
+        rows = await self._s.fetch("admission_candidates", params)
+        return [candidate_from_row(r, self.codec) for r in rows]
+
+    async def rate_buckets(self, names: Sequence[str]) -> dict[str, Bucket]:
+        """Stored buckets, locked until commit."""
+        rows = await self._s.fetch("rate_buckets", self._p(names=list(names)))
+        return {r["name"]: bucket_from_row(r, self.codec) for r in rows}
+
+    async def save_rate_buckets(self, buckets: Mapping[str, Bucket]) -> None:
+        """Upsert."""
+        if buckets:
+            rows = dump(bucket_rows(buckets, self.codec))
+            await self._s.execute("save_rate_buckets", {"rows": rows})
+
+    async def preemptible(self, before: datetime, min_priority: int) -> dict[str, int]:
+        """One grouped count."""
+        params = self._p(before=before, min_priority=min_priority)
+        return {r["agent"]: int(r["n"]) for r in await self._s.fetch("preemptible", params)}
+
+    # --- tools ----------------------------------------------------------------------------
+
+    async def lock_tool_timeouts(self, now: datetime, limit: int) -> list[Task]:
+        """Waiting tasks past their tool deadline."""
+        return await self._tasks(self._s, "lock_tool_timeouts", now=now, limit=limit)
+
+    async def lock_tool_work(self, names: Sequence[str], now: datetime, limit: int) -> list[Task]:
+        """Waiting tasks with a call these tools can take."""
+        return await self._tasks(
+            self._s, "lock_tool_work", names=list(names), now_ts=now.timestamp(), limit=limit
+        )
+
+    async def set_tool_calls(self, task: Task, tool_calls: Sequence[Any]) -> bool:
+        """Guarded by state and audit position."""
+        params = self._p(id=task.id, expected_seq=task.event_seq, tool_calls=dump(list(tool_calls)))
+        return bool(await self._s.fetch("set_tool_calls", params))
+
+    # --- outbox and retention -------------------------------------------------------------
+
+    async def enqueue_outbox(self, items: Sequence[OutboxItem]) -> int:
+        """Insert the deliveries not already stored."""
+        if not items:
+            return 0
+        rows = dump(outbox_rows(items, self.codec))
+        return len(await self._s.fetch("enqueue_outbox", {"rows": rows}))
+
+    async def lease_outbox(
+        self, kind: str, now: datetime, limit: int, until: datetime
+    ) -> list[OutboxRow]:
+        """Pick due deliveries (skipping locked ones) and push them to ``until``."""
+        params = self._p(kind=kind, now=now, limit=limit, until=until)
+        rows = await self._s.fetch("lease_outbox", params)
+        return sorted((outbox_from_row(r, self.codec) for r in rows), key=lambda r: r.id)
+
+    async def record_deliveries(self, results: Sequence[DeliveryResult]) -> None:
+        """Record tries in one statement."""
+        if results:
+            rows = dump(delivery_rows(results, self.codec))
+            await self._s.execute("record_deliveries", {"rows": rows})
+
+    async def lock_expired_dead_letters(
+        self, limit: int, p0_before: datetime, other_before: datetime
+    ) -> list[Task]:
+        """Dead letters past retention, skipping rows other transactions hold."""
+        return await self._tasks(
+            self._s,
+            "lock_expired_dead_letters",
+            limit=limit,
+            p0_before=p0_before,
+            other_before=other_before,
+            latest=max(p0_before, other_before),
+        )
+
+    async def purge(self, items: Sequence[Purge]) -> set[UUID]:
+        """Guarded delete, with the last events and the captured output of the rows deleted."""
+        if not items:
+            return set()
+        rows = dump(purge_rows(items, self.codec))
+        events = dump(event_rows([p.event for p in items], self.codec))
+        found = await self._s.fetch("purge", {"rows": rows, "events": events})
+        return {self.codec.uuid(row["id"]) for row in found}
+
+
+class SQLStore(_Ops):
+    """The Store protocol over one dialect."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        self._d = dialect
+        self.dialect = dialect.name
+        self.push_notifications = dialect.push_notifications
+        self.codec = dialect.codec
+
+    async def open(self, *, migrate: bool = True) -> None:
+        """Connect, and migrate if the schema is behind."""
+        await self._d.open()
+        if migrate and await self.schema_version() < latest_version(self.dialect):
+            await self.migrate()
+
+    async def close(self) -> None:
+        """Release connections."""
+        await self._d.close()
+
+    async def migrate(self) -> list[int]:
+        """Apply missing migrations."""
+        return await run_migrations(self._d, self.dialect)
+
+    async def schema_version(self) -> int:
+        """The highest applied migration, 0 on an empty database."""
+        return max(await self._d.applied_versions(), default=0)
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[SQLTx]:
+        """A write transaction."""
+        async with self._d.transaction() as session:
+            yield SQLTx(session, self._d)
+
+    # --- the set-wise hot transitions (domain.states.BULK_ACTIONS) ---------------------------
+
+    async def claim(self, params: ClaimParams) -> list[Task]:
+        """Pick, lock, update and record events for the batch; the rows in claim order."""
+        p = params
+        values = self._p(
+            paused=list(p.paused),
+            limit=p.limit,
+            task_types=list(p.task_types) if p.task_types is not None else None,
+            agents=list(p.agents) if p.agents is not None else None,
+            now=p.now,
+            worker=p.event.actor,
+            tail=p.event.tail,
+            data=p.event.data_text,
+        )
+        values.update(self.codec.durations(aging=p.aging_secs, ttl=p.ttl_secs, grace=p.grace_secs))
+        async with self._d.write() as s:
+            tasks = [task_from_row(row, self.codec) for row in await s.fetch("claim", values)]
+        if not self._d.orders_in_sql:
+            tasks.sort(
+                key=lambda t: order_key(t.priority, t.eligible_at, t.seq, p.now, p.aging_secs)
+            )
+        return tasks
+
+    async def admit(self, params: AdmitParams) -> list[UUID]:
+        """Pick, lock, update, record events and notify for the batch."""
+        async with self._d.write() as s:
+            return await self._admit(s, params, self._d.orders_in_sql)
+
+    async def complete(
+        self,
+        items: Sequence[tuple[UUID, UUID, Any]],
+        now: datetime,
+        event: BulkEvent,
+        wake_scheduler: bool = False,
+    ) -> dict[UUID, tuple[int, str]]:
+        """The whole batch at once; rows whose lease moved on are left alone."""
+        if not items:
+            return {}
+        rows = dump(
+            [{"id": str(i), "token": str(t), "result": self.codec.json_out(r)} for i, t, r in items]
+        )
+        params = self._p(
+            rows=rows,
+            now=now,
+            actor=event.actor,
+            tail=event.tail,
+            data=event.data_text,
+            wake=wake_scheduler,
+        )
+        async with self._d.write() as s:
+            done = await s.fetch("complete", params)
+        return {self.codec.uuid(r["id"]): (r["event_seq"], r["last_hash"]) for r in done}
+
+    async def insert_tasks(self, new: Sequence[NewTask]) -> dict[UUID, int]:
+        """Insert what does not conflict, with the events of the rows inserted."""
+        if not new:
+            return {}
+        rows = dump(new_task_rows(new, self.codec))
+        events = dump(event_rows([e for n in new for e in n.events], self.codec))
+        async with self._d.write() as s:
+            found = await s.fetch("insert_tasks", {"rows": rows, "events": events})
+        return {self.codec.uuid(row["id"]): row["seq"] for row in found}
+
+    async def heartbeat(
+        self, leases: Sequence[Lease], now: datetime, ttl_secs: float, grace_secs: float
+    ) -> set[UUID]:
+        """Extend the leases whose token still holds."""
+        if not leases:
+            return set()
+        rows = dump([{"id": str(x.task_id), "token": str(x.lock_token)} for x in leases])
+        params = self._p(rows=rows, now=now)
+        params.update(self.codec.durations(ttl=ttl_secs, grace=grace_secs))
+        async with self._d.write() as s:
+            found = await s.fetch("heartbeat", params)
+        return {self.codec.uuid(row["id"]) for row in found}
+
+    async def save_checkpoint(self, task_id: UUID, lock_token: UUID, checkpoint: Any) -> bool:
+        """One fenced update."""
+        params = self._p(id=task_id, token=lock_token, checkpoint=dump(checkpoint))
+        async with self._d.write() as s:
+            return bool(await s.fetch("save_checkpoint", params))
+
+    # --- reads ------------------------------------------------------------------------------
+
+    async def _read(self, query: str, **values: Any) -> list[Row]:
+        async with self._d.read() as s:
+            return await s.fetch(query, self._p(**values))
+
+    async def _read_tasks(self, query: str, **values: Any) -> list[Task]:
+        async with self._d.read() as s:
+            return await self._tasks(s, query, **values)
+
+    async def find_existing(self, keys: Sequence[DedupKey]) -> list[Task]:
+        """Tasks sharing an idempotency key, or live tasks sharing a source key."""
+        by_key = [{"tenant": k.tenant, "key": k.idempotency_key} for k in keys if k.idempotency_key]
+        by_source = [
+            {"tenant": k.tenant, "source": k.source, "source_id": k.source_id}
+            for k in keys
+            if k.source_id is not None
+        ]
+        found: dict[UUID, Task] = {}
+        for query, wanted in (("find_by_idempotency", by_key), ("find_live_by_source", by_source)):
+            if wanted:
+                for task in await self._read_tasks(query, keys=dump(wanted)):
+                    found[task.id] = task
+        return list(found.values())
+
+    async def get_tasks(self, ids: Sequence[UUID], tenant: str | None = None) -> list[Task]:
+        """Tasks by id."""
+        return await self._read_tasks("get_tasks", ids=list(ids), tenant=tenant)
+
+    async def list_tasks(self, flt: TaskFilter) -> list[Task]:
+        """Filtered, newest first."""
+        return await self._read_tasks(
+            "list_tasks",
+            tenant=flt.tenant,
+            states=[s.value for s in flt.states] or None,
+            task_types=list(flt.task_types) or None,
+            sources=list(flt.sources) or None,
+            before_seq=flt.before_seq,
+            limit=flt.limit,
+        )
+
+    async def events(self, task_id: UUID, tenant: str | None = None) -> list[Event]:
+        """One task's events in order."""
+        rows = await self._read("events", task_id=task_id, tenant=tenant)
+        return [event_from_row(row, self.codec) for row in rows]
+
+    async def logs(self, task_id: UUID, tenant: str | None = None) -> list[LogRecord]:
+        """Captured output of one task."""
+        rows = await self._read("logs", task_id=task_id, tenant=tenant)
+        return [log_from_row(row, self.codec) for row in rows]
+
+    async def count_parked(self, now: datetime, tenant: str | None = None) -> int:
+        """One count."""
+        rows = await self._read("count_parked", now=now, tenant=tenant)
+        return int(rows[0]["count"]) if rows else 0
+
+    async def count_by_state(self, tenant: str | None = None) -> dict[TaskState, int]:
+        """Counts per state."""
+        rows = await self._read("count_by_state", tenant=tenant)
+        return {TaskState(row["state"]): row["count"] for row in rows}
+
+    async def work_hints(self, now: datetime) -> WorkHints:
+        """One read over the partial indexes: no write lock."""
+        [row] = await self._read("work_hints", now=now)
+        return WorkHints(*(bool(row[k]) for k in WORK_HINTS))
+
+    async def queued_p0(self, limit: int = 100) -> list[tuple[str | None, str]]:
+        """One read."""
+        return [(r["agent"], r["task_type"]) for r in await self._read("queued_p0", limit=limit)]
+
+    # --- notices and the audit trail ----------------------------------------------------------
+
+    async def notify(self, channel: str, payload: str = "") -> None:
+        """A notice now (listeners without push notifications see every commit anyway)."""
+        if self.push_notifications:
+            async with self._d.write() as s:
+                await s.execute("notify", {"channel": channel, "payload": payload})
+
+    def listen(self, channels: Sequence[str]) -> AbstractAsyncContextManager[AsyncIterator[Notice]]:
+        """Notices on ``channels`` while the context is open."""
+        return self._d.listen(channels)
+
+    @asynccontextmanager
+    async def audit_snapshot(self) -> AsyncIterator[AuditSnapshot]:
+        """Task heads and events from one snapshot."""
+        codec = self.codec
+        async with self._d.snapshot("task_heads", "all_events") as (head_rows, event_rows_):
+
+            async def heads() -> AsyncIterator[Any]:
+                async for row in head_rows:
+                    yield task_head_from_row(row, codec)
+
+            async def events() -> AsyncIterator[Any]:
+                async for row in event_rows_:
+                    yield stored_event_from_row(row, codec)
+
+            yield AuditSnapshot(heads(), events())
+
+    # --- leadership and pausing ---------------------------------------------------------------
+
+    async def lead(self, name: str, holder: str, now: datetime, ttl_secs: float) -> int | None:
+        """One upsert that holds only for the holder or over an expired lease."""
+        params = self._p(
+            name=name, holder=holder, now=now, expires_at=now + timedelta(seconds=ttl_secs)
+        )
+        async with self._d.write(renewal=True) as s:
+            rows = await s.fetch("lead", params)
+        return int(rows[0]["term"]) if rows else None
+
+    async def resign(self, name: str, holder: str) -> None:
+        """End our lease now."""
+        async with self._d.write() as s:
+            await s.execute("resign", {"name": name, "holder": holder})
+
+    async def leader(self, name: str) -> LeaderInfo | None:
+        """The lease row."""
+        rows = await self._read("leader", name=name)
+        return leader_from_row(rows[0], self.codec) if rows else None
+
+    async def pause(self, task_type: str, by: str, reason: str, now: datetime) -> None:
+        """Insert the pause."""
+        params = self._p(task_type=task_type, by=by, reason=reason, now=now)
+        async with self._d.write() as s:
+            await s.execute("pause", params)
+
+    async def resume(self, task_type: str) -> bool:
+        """Delete the pause; wake the scheduler and workers, whose work it held back."""
+        async with self._d.write() as s:
+            resumed = await s.execute("resume", {"task_type": task_type}) > 0
+        if resumed:
+            await self.notify(CHANNEL_PENDING, "resumed")
+            await self.notify(CHANNEL_QUEUED, "resumed")
+        return resumed
+
+    async def paused(self) -> list[PausedType]:
+        """Every pause."""
+        return [paused_from_row(r, self.codec) for r in await self._read("paused")]
+
+    # --- cron schedules (R18) -----------------------------------------------------------------
+
+    async def insert_schedule(self, schedule: Schedule) -> bool:
+        """Insert unless the name is taken in the tenant."""
+        params = self._p(
+            tenant=schedule.tenant,
+            name=schedule.name,
+            cron=schedule.cron,
+            tz=schedule.tz,
+            task=dump(schedule.task),
+            catch_up=schedule.catch_up.value,
+            next_at=schedule.next_at,
+            created_by=schedule.created_by,
+            now=schedule.created_at,
+        )
+        async with self._d.write() as s:
+            return bool(await s.fetch("insert_schedule", params))
+
+    async def list_schedules(self, tenant: str | None = None) -> list[Schedule]:
+        """By tenant and name."""
+        rows = await self._read("list_schedules", tenant=tenant)
+        return [schedule_from_row(r, self.codec) for r in rows]
+
+    async def delete_schedule(self, tenant: str, name: str) -> Schedule | None:
+        """Delete and return the row."""
+        async with self._d.write() as s:
+            rows = await s.fetch("delete_schedule", {"tenant": tenant, "name": name})
+        return schedule_from_row(rows[0], self.codec) if rows else None
+
+    async def due_schedules(self, now: datetime, limit: int) -> list[Schedule]:
+        """One index read while nothing is due."""
+        rows = await self._read("due_schedules", now=now, limit=limit)
+        return [schedule_from_row(r, self.codec) for r in rows]
+
+    async def advance_schedule(
+        self, schedule: Schedule, next_at: datetime, fired: datetime | None, now: datetime
+    ) -> bool:
+        """Guarded on the ``next_at`` the caller read."""
+        params = self._p(
+            tenant=schedule.tenant,
+            name=schedule.name,
+            expected=schedule.next_at,
+            next_at=next_at,
+            last_slot_at=fired,
+            now=now,
+        )
+        async with self._d.write() as s:
+            return await s.execute("advance_schedule", params) > 0

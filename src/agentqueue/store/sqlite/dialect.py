@@ -1,0 +1,413 @@
+"""The SQLite dialect: one file in WAL mode, writes under BEGIN IMMEDIATE, a busy timeout.
+
+sqlite3 is synchronous, so each connection lives on its own thread and async callers hop to it.
+One connection writes (transactions are serialised in-process by a lock and across processes by
+SQLite's write lock); another reads, which WAL lets run beside the writer. Only what differs from
+PostgreSQL is here; the operations are in ``store/sql.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+from uuid import UUID, uuid4
+
+from ...domain.audit import chain_hash
+from ...domain.errors import InvalidInput, StoreError
+from ..base import CHANNEL_CHANGED, Notice
+from ..errors import from_sqlite
+from ..migrate import Migration
+from ..rows import Codec, Row, dump
+from ..sql import SQLStore
+from ..sqlfile import load_queries
+
+Q = load_queries("sqlite")
+T = TypeVar("T")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+FOLLOW_UPS = {
+    "insert_tasks": ("insert_events",),
+    "apply": ("insert_events",),
+    "purge": ("insert_events", "purge_logs"),
+    "claim": ("claim_events",),
+    "admit": ("admit_events",),
+    "admit_ids": ("admit_events",),
+    "complete": ("complete_events",),
+}
+"""Writes whose events (and, for purge, captured output) SQLite records in statements of their
+own, run in the same step over the ids the write returned (``:written``); PostgreSQL does it in
+the one statement."""
+
+
+def to_micros(value: datetime | None) -> int | None:
+    """Aware datetime to integer microseconds since the epoch."""
+    if value is None:
+        return None
+    delta = value - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def from_micros(value: int | None) -> datetime | None:
+    """Integer microseconds since the epoch to an aware UTC datetime."""
+    if value is None:
+        return None
+    return datetime.fromtimestamp(value // 1_000_000, UTC).replace(microsecond=value % 1_000_000)
+
+
+def _micros(name: str, secs: float) -> tuple[str, int]:
+    # Aging divides: at least one microsecond.
+    value = int(secs * 1_000_000)
+    return f"{name}_us", max(1, value) if name == "aging" else value
+
+
+def _json_in(value: str | None) -> Any:
+    return None if value is None else json.loads(value)
+
+
+CODEC = Codec(
+    time_out=to_micros,
+    time_in=from_micros,
+    uuid_out=lambda u: None if u is None else str(u),
+    uuid_in=lambda s: None if s is None else UUID(s),
+    uuids_out=lambda ids: json.dumps([str(i) for i in ids]),
+    uuids_in=lambda text: tuple(UUID(s) for s in json.loads(text)),
+    json_in=_json_in,
+    time_param=to_micros,
+    uuid_param=str,
+    list_param=dump,
+    duration_param=_micros,
+    native=False,
+)
+
+
+def register_functions(conn: sqlite3.Connection) -> None:
+    """The domain's audit hash and a UUID maker, for the set-wise hot transitions."""
+    conn.create_function("aq_event_hash", 5, chain_hash, deterministic=True)
+    conn.create_function("aq_uuid", 0, lambda: str(uuid4()))
+
+
+def parse_sqlite_url(url: str) -> tuple[Path, dict[str, str]]:
+    """``sqlite:///relative.db`` or ``sqlite:////absolute.db``, with optional ``?key=value``."""
+    rest = url.removeprefix("sqlite://")
+    if not rest.startswith("/"):
+        raise InvalidInput("a SQLite URL looks like sqlite:///file.db", "db")
+    path_part, _, query = rest[1:].partition("?")
+    if not path_part or path_part == ":memory:":
+        raise InvalidInput("SQLite needs a file path (in-memory databases are not shared)", "db")
+    options = dict(item.partition("=")[::2] for item in query.split("&") if item)
+    return Path(path_part), options
+
+
+class _Conn:
+    """A sqlite3 connection pinned to one thread; its errors leave it classified."""
+
+    def __init__(self, path: Path, busy_timeout_ms: int, synchronous: str) -> None:
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentqueue-sqlite")
+        self._path = path
+        self._busy = busy_timeout_ms
+        self._sync = synchronous
+        self.conn: sqlite3.Connection | None = None
+
+    def _open(self) -> None:
+        conn = sqlite3.connect(
+            self._path, isolation_level=None, check_same_thread=False, timeout=self._busy / 1000
+        )
+        try:
+            conn.row_factory = sqlite3.Row
+            register_functions(conn)
+            conn.execute(f"PRAGMA busy_timeout = {int(self._busy)}")
+            self._enter_wal(conn)
+            conn.execute(f"PRAGMA synchronous = {self._sync}")
+        except BaseException:
+            conn.close()
+            raise
+        self.conn = conn
+
+    def _enter_wal(self, conn: sqlite3.Connection) -> None:
+        # Turning a new file to WAL takes an exclusive lock, and while another process opens the
+        # same new file SQLite answers "database is locked" at once, without the busy handler:
+        # wait for it here, up to the busy timeout.
+        deadline = time.monotonic() + self._busy / 1000
+        while True:
+            try:
+                conn.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.005)
+
+    async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        loop = asyncio.get_running_loop()
+
+        def call() -> T:
+            try:
+                if self.conn is None:
+                    self._open()
+                assert self.conn is not None
+                return fn(self.conn)
+            except sqlite3.Error as exc:
+                raise from_sqlite(exc) from exc
+
+        return await loop.run_in_executor(self._executor, call)
+
+    async def close(self) -> None:
+        if self.conn is not None:
+            await self.run(lambda c: c.close())
+            self.conn = None
+        self._executor.shutdown(wait=True)
+
+
+def _fetch(c: sqlite3.Connection, query: str, params: Mapping[str, Any]) -> list[Row]:
+    rows: list[Row] = c.execute(Q[query], params).fetchall()
+    then = FOLLOW_UPS.get(query)
+    if then and rows:
+        written = {**params, "written": dump([row["id"] for row in rows])}
+        for follow_up in then:
+            c.execute(Q[follow_up], written)
+    return rows
+
+
+class SQLiteSession:
+    """Named queries on one of the two connections, each (with its follow-ups) in one hop."""
+
+    def __init__(self, conn: _Conn) -> None:
+        self._conn = conn
+
+    async def fetch(self, query: str, params: Mapping[str, Any] | None = None) -> list[Row]:
+        """Rows of ``query``, after its follow-up statements if it has any."""
+        return await self._conn.run(lambda c: _fetch(c, query, params or {}))
+
+    async def execute(self, query: str, params: Mapping[str, Any] | None = None) -> int:
+        """Rows touched by ``query``."""
+        return await self._conn.run(lambda c: c.execute(Q[query], params or {}).rowcount)
+
+    async def lock_admission(self) -> None:
+        """Nothing more to take: BEGIN IMMEDIATE already holds the file's one write lock."""
+
+
+class SQLiteDialect:
+    """Tasks and events in one SQLite file: the embedded default."""
+
+    name = "sqlite"
+    push_notifications = False
+    codec = CODEC
+    orders_in_sql = False  # the claim and admit UPDATEs return rows unordered
+    listen_interval_secs = 0.02
+    """How often listeners look for commits while the file is busy..."""
+    listen_idle_interval_secs = 0.1
+    """...and once it has been quiet for ``listen_idle_after_secs``, to keep idle workers cheap."""
+    listen_idle_after_secs = 2.0
+
+    def __init__(self, url: str, *, busy_timeout_ms: int = 30_000) -> None:
+        self.path, options = parse_sqlite_url(url)
+        synchronous = options.get("synchronous", "FULL").upper()
+        if synchronous not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
+            raise InvalidInput("must be OFF, NORMAL, FULL or EXTRA", "db.synchronous")
+        self._writer = _Conn(self.path, busy_timeout_ms, synchronous)
+        self._reader = _Conn(self.path, busy_timeout_ms, synchronous)
+        self._write_lock = asyncio.Lock()
+        self._own_commits = 0
+        """Commits of this store's own writer (its listeners see them like any other)..."""
+        self._lease_commits = 0
+        """...of which lease renewals: the one write an idle process makes."""
+
+    async def open(self) -> None:
+        """The file is created on first use; its folder must exist."""
+        if self.path.parent and not self.path.parent.exists():
+            raise StoreError(f"the folder for the SQLite database does not exist: {self.path}")
+
+    async def close(self) -> None:
+        """Close both connections."""
+        await self._writer.close()
+        await self._reader.close()
+
+    @asynccontextmanager
+    async def read(self) -> AsyncIterator[SQLiteSession]:
+        """The reader connection, outside any transaction."""
+        yield SQLiteSession(self._reader)
+
+    @asynccontextmanager
+    async def write(self, *, renewal: bool = False) -> AsyncIterator[SQLiteSession]:
+        """A transaction of its own on the writer connection."""
+        async with self.transaction() as session:
+            yield session
+        if renewal:
+            self._lease_commits += 1
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[SQLiteSession]:
+        """BEGIN IMMEDIATE ... COMMIT on the writer connection.
+
+        A statement handed to the connection's thread runs to its end even if the awaiting task
+        is cancelled, so every step that opens or ends the transaction is seen through: a cancel
+        during BEGIN must still be followed by a ROLLBACK, or the connection would stay inside a
+        transaction and refuse every later write.
+        """
+        async with self._write_lock:
+            begin = asyncio.ensure_future(self._writer.run(lambda c: c.execute("BEGIN IMMEDIATE")))
+            try:
+                await asyncio.shield(begin)
+            except asyncio.CancelledError:
+                if await _settle(begin):
+                    await self._end("ROLLBACK")
+                raise
+            try:
+                yield SQLiteSession(self._writer)
+            except BaseException:
+                await self._end("ROLLBACK")
+                raise
+            await self._end("COMMIT")
+            self._own_commits += 1
+
+    async def _end(self, statement: str) -> None:
+        job = asyncio.ensure_future(self._writer.run(lambda c: c.execute(statement)))
+        try:
+            await asyncio.shield(job)
+        except asyncio.CancelledError:
+            await _settle(job)
+            raise
+
+    @asynccontextmanager
+    async def listen(self, channels: Sequence[str]) -> AsyncIterator[AsyncIterator[Notice]]:
+        """A CHANNEL_CHANGED notice whenever another connection has committed.
+
+        ``PRAGMA data_version`` changes when any other connection commits to the file; reading it
+        takes no lock and a few microseconds, so it is read on the event loop: every
+        ``listen_interval_secs`` while commits come, every ``listen_idle_interval_secs`` once the
+        file has been quiet for a while (waking the loop 50 times a second costs an idle worker
+        about 1% of a core).
+        """
+        try:
+            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise from_sqlite(exc) from exc
+
+        def version() -> int:
+            try:
+                return int(conn.execute("PRAGMA data_version").fetchone()[0])
+            except sqlite3.Error as exc:
+                raise from_sqlite(exc) from exc
+
+        async def notices() -> AsyncIterator[Notice]:
+            last = version()
+            own, renewals = self._own_commits, self._lease_commits
+            loop = asyncio.get_running_loop()
+            changed_at = loop.time()
+            while True:
+                quiet = loop.time() - changed_at > self.listen_idle_after_secs
+                await asyncio.sleep(
+                    self.listen_idle_interval_secs if quiet else self.listen_interval_secs
+                )
+                current = version()
+                if current != last:
+                    last = current
+                    # Every change is announced. A change that may be only this process's own
+                    # lease renewal does not switch to fast looking, so an idle worker stays
+                    # idle; any other switches it.
+                    mine = self._own_commits - own
+                    if mine == 0 or mine != self._lease_commits - renewals:
+                        changed_at = loop.time()
+                    yield Notice(CHANNEL_CHANGED)
+                own, renewals = self._own_commits, self._lease_commits
+
+        try:
+            yield notices()
+        finally:
+            conn.close()
+
+    @asynccontextmanager
+    async def snapshot(self, *queries: str) -> AsyncIterator[tuple[AsyncIterator[Row], ...]]:
+        """The queries' rows from one read transaction on the reader connection."""
+        await self._reader.run(lambda c: c.execute("BEGIN"))
+        try:
+            cursors = [await self._reader.run(_cursor(Q[query])) for query in queries]
+
+            async def rows(cursor: sqlite3.Cursor) -> AsyncIterator[Row]:
+                while True:
+                    batch = await self._reader.run(lambda c: cursor.fetchmany(2000))
+                    if not batch:
+                        return
+                    for row in batch:
+                        yield row
+
+            yield tuple(rows(cursor) for cursor in cursors)
+        finally:
+            await self._reader.run(lambda c: c.execute("COMMIT"))
+
+    # --- migrations -------------------------------------------------------------------------
+
+    async def applied_versions(self) -> set[int]:
+        """Versions recorded in aq_schema_version."""
+
+        def run(c: sqlite3.Connection) -> set[int]:
+            c.execute(Q["create_version_table"])
+            return {row[0] for row in c.execute(Q["applied_versions"])}
+
+        async with self._write_lock:
+            return await self._writer.run(run)
+
+    async def apply_migration(self, migration: Migration) -> bool:
+        """Apply one migration under the write lock unless another process did."""
+
+        def run(c: sqlite3.Connection) -> bool:
+            c.execute("BEGIN IMMEDIATE")
+            try:
+                if migration.version in {row[0] for row in c.execute(Q["applied_versions"])}:
+                    c.execute("ROLLBACK")
+                    return False
+                for statement in _statements(migration.sql):
+                    c.execute(statement)
+                c.execute(
+                    Q["record_version"], {"version": migration.version, "name": migration.name}
+                )
+                c.execute("COMMIT")
+                return True
+            except BaseException:
+                c.execute("ROLLBACK")
+                raise
+
+        async with self._write_lock:
+            return await self._writer.run(run)
+
+
+def sqlite_store(url: str, *, busy_timeout_ms: int = 30_000) -> SQLStore:
+    """The store over one SQLite file."""
+    return SQLStore(SQLiteDialect(url, busy_timeout_ms=busy_timeout_ms))
+
+
+def _cursor(statement: str) -> Callable[[sqlite3.Connection], sqlite3.Cursor]:
+    return lambda c: c.execute(statement)
+
+
+async def _settle(job: asyncio.Future[Any]) -> bool:
+    """Wait for a statement already on its way (it cannot be stopped); True if it succeeded."""
+    try:
+        await job
+    except BaseException:
+        return False
+    return True
+
+
+def _statements(script: str) -> list[str]:
+    """Split a migration into statements, keeping trigger bodies (BEGIN ... END;) whole."""
+    statements: list[str] = []
+    current: list[str] = []
+    for line in script.splitlines():
+        current.append(line)
+        text = "\n".join(current).strip()
+        if text and sqlite3.complete_statement(text):
+            statements.append(text)
+            current = []
+    rest = "\n".join(current).strip()
+    if rest and not all(ln.strip().startswith("--") or not ln.strip() for ln in current):
+        statements.append(rest)
+    return statements

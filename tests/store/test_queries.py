@@ -1,0 +1,57 @@
+"""Named queries (ARCHITECTURE rule 4): one name means one operation in both dialects, and every
+query says in one line what it does."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentqueue.store.sqlfile import named_queries, parse_named_queries
+
+POSTGRES_ONLY = {
+    "admission_lock",  # an advisory lock; SQLite's BEGIN IMMEDIATE already holds the one writer
+    "migration_lock",  # likewise, for migrations
+    "notify",  # push notifications; SQLite listeners watch PRAGMA data_version
+    "listen",
+}
+SQLITE_ONLY = {
+    # Events (and a purged task's output) written in a statement of their own after the write
+    # that returned the ids; PostgreSQL does it in the write's one statement.
+    "insert_events",
+    "claim_events",
+    "admit_events",
+    "complete_events",
+    "purge_logs",
+}
+
+
+def test_both_dialects_define_the_same_query_names() -> None:
+    sqlite, postgres = set(named_queries("sqlite")), set(named_queries("postgres"))
+    assert sqlite - postgres == SQLITE_ONLY
+    assert postgres - sqlite == POSTGRES_ONLY
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", "postgres"])
+def test_every_query_has_a_one_line_description(dialect: str) -> None:
+    for name, query in named_queries(dialect).items():
+        assert query.description, f"{dialect} query {name} ({query.source}) has no description"
+        assert not query.sql.startswith(f"-- {query.description}")
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", "postgres"])
+def test_a_concern_is_in_one_file_in_both_dialects(dialect: str) -> None:
+    files = {name: q.source for name, q in named_queries(dialect).items()}
+    other = named_queries("postgres" if dialect == "sqlite" else "sqlite")
+    for name, source in files.items():
+        if name in other:
+            assert other[name].source == source, name
+
+
+def test_a_name_defined_twice_is_refused() -> None:
+    text = "-- name: one\n-- The first.\nSELECT 1\n\n-- name: one\n-- Again.\nSELECT 2\n"
+    with pytest.raises(ValueError, match="defined twice"):
+        parse_named_queries(text, "tasks.sql")
+
+
+def test_the_description_is_not_part_of_the_sql() -> None:
+    [query] = parse_named_queries("-- name: one\n-- The first.\n-- why\nSELECT 1;\n").values()
+    assert (query.description, query.sql) == ("The first.", "-- why\nSELECT 1")
