@@ -11,7 +11,14 @@ from typing import Any
 import agentqueue
 from agentqueue import AsyncQueue
 from agentqueue.store import make_store
-from agentqueue.store.migrate import available, latest_version
+from agentqueue.store.migrate import (
+    ALIGNED_FROM,
+    DIALECTS,
+    aligned_mismatch,
+    available,
+    latest_version,
+)
+from agentqueue.store.sqlite.dialect import SQLiteDialect
 
 FreshUrls = Callable[[], str]
 
@@ -25,6 +32,40 @@ def test_each_dialect_ships_migrations_numbered_from_one() -> None:
         versions = [m.version for m in available(dialect)]
         assert versions == list(range(1, len(versions) + 1)) and versions
         assert latest_version(dialect) == versions[-1]
+
+
+def test_both_dialects_ship_the_same_numbers_from_the_aligned_version_on() -> None:
+    shipped = {d: {m.version for m in available(d)} for d in DIALECTS}
+    later = [{v for v in versions if v >= ALIGNED_FROM} for versions in shipped.values()]
+    assert later[0] == later[1] and ALIGNED_FROM in later[0]
+    assert aligned_mismatch(shipped) is None
+    assert latest_version("sqlite") == latest_version("postgres")
+
+
+def test_a_migration_numbered_in_one_dialect_only_is_refused() -> None:
+    problem = aligned_mismatch({"sqlite": set(range(1, 9)), "postgres": set(range(1, 10))})
+    assert problem is not None and "postgres: [8, 9]" in problem and "sqlite: [8]" in problem
+    # Below the aligned version the dialects may differ (SQLite's 1..7 are PostgreSQL's 1..8).
+    assert aligned_mismatch({"sqlite": set(range(1, 8)), "postgres": set(range(1, 8))}) is None
+    assert aligned_mismatch({"sqlite": {1, 2, 8}, "postgres": set(range(1, 9))}) is None
+
+
+async def test_a_sqlite_database_at_version_7_moves_on_to_the_aligned_version(
+    tmp_path: Any,
+) -> None:
+    url = f"sqlite:///{tmp_path}/seven.db"
+    old = SQLiteDialect(url)
+    try:
+        assert await old.applied_versions() == set()
+        for migration in available("sqlite")[:7]:
+            assert await old.apply_migration(migration)
+    finally:
+        await old.close()
+    async with AsyncQueue(url) as queue:  # opening migrates what is missing: the no-op 0008
+        assert await queue.store.schema_version() == latest_version("sqlite")
+        result = await queue.submit(title="after", task_type="docs")
+        assert (await queue.get(result.task.id)).title == "after"
+        assert (await queue.verify()).ok
 
 
 async def test_fresh_database_is_migrated_on_first_use(fresh_db_urls: FreshUrls) -> None:

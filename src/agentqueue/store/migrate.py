@@ -3,16 +3,26 @@
 Each dialect keeps ``migrations/NNNN_name.sql``; the version table ``aq_schema_version`` records
 what has been applied. A backend provides the two primitives of :class:`MigrationTarget`; the
 runner decides what to apply and in which order.
+
+The rule: from version ``ALIGNED_FROM`` (8) on, a migration has the same number in both dialects,
+so a schema change is one number everywhere (a dialect with nothing to change ships a no-op under
+that number). Before 8 the dialects went their own ways (PostgreSQL's 0003_event_hash has no SQLite
+counterpart, so their 3 to 7 name different steps); SQLite's 0008_align is the no-op that brought
+them level. Versions already recorded in ``aq_schema_version`` keep their meaning.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cache
 from importlib import resources
 from typing import Protocol
 
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+DIALECTS = ("sqlite", "postgres")
+ALIGNED_FROM = 8
+"""From this version on, both dialects ship the same set of migration numbers."""
 
 
 @dataclass(frozen=True)
@@ -26,6 +36,12 @@ class Migration:
 
 def available(dialect: str) -> list[Migration]:
     """Every migration shipped for ``dialect``, in version order."""
+    check_aligned()
+    return _shipped(dialect)
+
+
+@cache
+def _shipped(dialect: str) -> list[Migration]:
     folder = resources.files("agentqueue.store").joinpath(dialect, "migrations")
     found = []
     for entry in folder.iterdir():
@@ -37,6 +53,25 @@ def available(dialect: str) -> list[Migration]:
     if versions != list(range(1, len(found) + 1)):
         raise RuntimeError(f"{dialect} migrations are not numbered 1..n: {versions}")
     return found
+
+
+def aligned_mismatch(versions: dict[str, set[int]]) -> str | None:
+    """What breaks the rule among the versions each dialect ships, or None if nothing does."""
+    later = {name: {v for v in found if v >= ALIGNED_FROM} for name, found in versions.items()}
+    if len({frozenset(v) for v in later.values()}) <= 1:
+        return None
+    shown = "; ".join(f"{name}: {sorted(v)}" for name, v in sorted(later.items()))
+    return (
+        f"migrations from {ALIGNED_FROM} on must have the same numbers in every dialect ({shown})"
+    )
+
+
+@cache
+def check_aligned() -> None:
+    """Fail if the dialects ship different migration numbers from ``ALIGNED_FROM`` on."""
+    problem = aligned_mismatch({d: {m.version for m in _shipped(d)} for d in DIALECTS})
+    if problem:
+        raise RuntimeError(problem)
 
 
 class MigrationTarget(Protocol):
