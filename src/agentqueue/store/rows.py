@@ -9,28 +9,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 from uuid import UUID
 
 from ..domain.audit import StoredEvent, data_text
 from ..domain.models import Event, LogRecord, Task
-from ..domain.schedule import CatchUp, Schedule
+from ..domain.schedule import CatchUp
 from ..domain.states import TaskState
-from .base import (
-    Bucket,
-    Candidate,
-    Change,
-    DeliveryResult,
-    LeaderInfo,
-    NewTask,
-    OutboxItem,
-    OutboxRow,
-    PausedType,
-    Purge,
-    TaskHead,
-)
+from .base import Bucket, Change, DeliveryResult, NewTask, OutboxItem, OutboxRow, Purge, TaskHead
+
+R = TypeVar("R")
 
 
 class Row(Protocol):
@@ -268,11 +258,7 @@ def stored_event_from_row(row: Row, codec: Codec) -> StoredEvent:
 def task_head_from_row(row: Row, codec: Codec) -> TaskHead:
     """The audit head recorded on a task row."""
     return TaskHead(
-        codec.uuid(row["id"]),
-        row["tenant"],
-        row["event_seq"],
-        row["last_hash"],
-        row["state"],
+        codec.uuid(row["id"]), row["tenant"], row["event_seq"], row["last_hash"], row["state"]
     )
 
 
@@ -354,24 +340,19 @@ def purge_rows(items: Sequence[Purge], codec: Codec) -> list[dict[str, Any]]:
 # --- admission, leadership, pausing and schedules ---------------------------------------------
 
 
-def candidate_from_row(row: Row, codec: Codec) -> Candidate:
-    """A pending task as admission weighs it."""
-    return Candidate(
-        codec.uuid(row["id"]),
-        row["tenant"],
-        row["task_type"],
-        row["assignee"],
-        row["priority"],
-        codec.at(row["eligible_at"]),
-        row["seq"],
-        row["kind"],
-        tuple(codec.json_in(row["labels"])),
-    )
-
-
-def bucket_from_row(row: Row, codec: Codec) -> Bucket:
-    """A rate limit's stored tokens."""
-    return Bucket(row["tokens"], codec.at(row["updated_at"]))
+def record_from_row(cls: type[R], row: Row, codec: Codec) -> R:
+    """A frozen record (Candidate, Bucket, LeaderInfo, PausedType, Schedule) from a row with a
+    column of each field's name, each value decoded by the field's declared type."""
+    decoders: dict[str, Callable[[Any], Any]] = {
+        "datetime": codec.at,
+        "datetime | None": codec.time_in,
+        "UUID": codec.uuid,
+        "tuple[str, ...]": lambda value: tuple(codec.json_in(value)),
+        "dict[str, Any]": codec.json_in,
+        "CatchUp": CatchUp,
+    }
+    values = {f.name: decoders.get(str(f.type), _same)(row[f.name]) for f in fields(cls)}  # type: ignore[arg-type]
+    return cls(**values)
 
 
 def bucket_rows(buckets: Mapping[str, Bucket], codec: Codec) -> list[dict[str, Any]]:
@@ -380,38 +361,3 @@ def bucket_rows(buckets: Mapping[str, Bucket], codec: Codec) -> list[dict[str, A
         {"name": n, "tokens": b.tokens, "updated_at": codec.time_out(b.updated_at)}
         for n, b in buckets.items()
     ]
-
-
-def leader_from_row(row: Row, codec: Codec) -> LeaderInfo:
-    """A row of aq_leader."""
-    return LeaderInfo(
-        row["name"],
-        row["holder"],
-        row["term"],
-        codec.at(row["acquired_at"]),
-        codec.at(row["renewed_at"]),
-        codec.at(row["expires_at"]),
-    )
-
-
-def paused_from_row(row: Row, codec: Codec) -> PausedType:
-    """A row of aq_paused."""
-    return PausedType(row["task_type"], codec.at(row["paused_at"]), row["paused_by"], row["reason"])
-
-
-def schedule_from_row(row: Row, codec: Codec) -> Schedule:
-    """A Schedule from a row of aq_schedules."""
-    return Schedule(
-        tenant=row["tenant"],
-        name=row["name"],
-        cron=row["cron"],
-        tz=row["tz"],
-        task=codec.json_in(row["task"]),
-        catch_up=CatchUp(row["catch_up"]),
-        next_at=codec.at(row["next_at"]),
-        created_by=row["created_by"],
-        created_at=codec.at(row["created_at"]),
-        updated_at=codec.at(row["updated_at"]),
-        last_slot_at=codec.time_in(row["last_slot_at"]),
-        last_fired_at=codec.time_in(row["last_fired_at"]),
-    )

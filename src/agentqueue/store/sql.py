@@ -46,23 +46,19 @@ from .migrate import Migration, latest_version, run_migrations
 from .rows import (
     Codec,
     Row,
-    bucket_from_row,
     bucket_rows,
-    candidate_from_row,
     change_rows,
     delivery_rows,
     dump,
     event_from_row,
     event_rows,
-    leader_from_row,
     log_from_row,
     log_rows,
     new_task_rows,
     outbox_from_row,
     outbox_rows,
-    paused_from_row,
     purge_rows,
-    schedule_from_row,
+    record_from_row,
     stored_event_from_row,
     task_from_row,
     task_head_from_row,
@@ -277,12 +273,12 @@ class SQLTx(_Ops):
             skip_types=list(query.skip_types),
         )
         rows = await self._s.fetch("admission_candidates", params)
-        return [candidate_from_row(r, self.codec) for r in rows]
+        return [record_from_row(Candidate, r, self.codec) for r in rows]
 
     async def rate_buckets(self, names: Sequence[str]) -> dict[str, Bucket]:
         """Stored buckets, locked until commit."""
         rows = await self._s.fetch("rate_buckets", self._p(names=list(names)))
-        return {r["name"]: bucket_from_row(r, self.codec) for r in rows}
+        return {r["name"]: record_from_row(Bucket, r, self.codec) for r in rows}
 
     async def save_rate_buckets(self, buckets: Mapping[str, Bucket]) -> None:
         """Upsert."""
@@ -591,7 +587,7 @@ class SQLStore(_Ops):
     async def leader(self, name: str) -> LeaderInfo | None:
         """The lease row."""
         rows = await self._read("leader", name=name)
-        return leader_from_row(rows[0], self.codec) if rows else None
+        return record_from_row(LeaderInfo, rows[0], self.codec) if rows else None
 
     async def pause(self, task_type: str, by: str, reason: str, now: datetime) -> None:
         """Insert the pause."""
@@ -610,7 +606,7 @@ class SQLStore(_Ops):
 
     async def paused(self) -> list[PausedType]:
         """Every pause."""
-        return [paused_from_row(r, self.codec) for r in await self._read("paused")]
+        return [record_from_row(PausedType, r, self.codec) for r in await self._read("paused")]
 
     # --- cron schedules (R18) -----------------------------------------------------------------
 
@@ -633,18 +629,18 @@ class SQLStore(_Ops):
     async def list_schedules(self, tenant: str | None = None) -> list[Schedule]:
         """By tenant and name."""
         rows = await self._read("list_schedules", tenant=tenant)
-        return [schedule_from_row(r, self.codec) for r in rows]
+        return [record_from_row(Schedule, r, self.codec) for r in rows]
 
     async def delete_schedule(self, tenant: str, name: str) -> Schedule | None:
         """Delete and return the row."""
         async with self._d.write() as s:
             rows = await s.fetch("delete_schedule", {"tenant": tenant, "name": name})
-        return schedule_from_row(rows[0], self.codec) if rows else None
+        return record_from_row(Schedule, rows[0], self.codec) if rows else None
 
     async def due_schedules(self, now: datetime, limit: int) -> list[Schedule]:
         """One index read while nothing is due."""
         rows = await self._read("due_schedules", now=now, limit=limit)
-        return [schedule_from_row(r, self.codec) for r in rows]
+        return [record_from_row(Schedule, r, self.codec) for r in rows]
 
     async def advance_schedule(
         self, schedule: Schedule, next_at: datetime, fired: datetime | None, now: datetime
