@@ -16,8 +16,9 @@ from typing import Any
 from ..domain.states import TaskState
 from ..queue import AsyncQueue
 from ..service.execution import Outcome, OutcomeKind
+from ..store.admin import execute
 from .common import NOOP, BenchContext, Row, fmt_ms, percentile, ratio, target_row
-from .db import count, execute, fresh_url, preload
+from .db import count, fresh_url, preload
 
 NAME = "backlog"
 SYSTEM = "agentqueue (PostgreSQL)"

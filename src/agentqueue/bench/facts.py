@@ -5,12 +5,12 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
-import sqlite3
 import sys
 from pathlib import Path
 from typing import Any
 
 from .. import __version__
+from ..store.admin import SQLITE_VERSION
 
 
 def _cpu_model() -> str | None:
@@ -78,7 +78,7 @@ def machine(root: Path | None, postgres: str | None) -> dict[str, Any]:
         "os": platform.platform(),
         "python": sys.version.split()[0],
         "postgresql": postgres,
-        "sqlite": sqlite3.sqlite_version,
+        "sqlite": SQLITE_VERSION,
         "agentqueue": __version__,
         "git_commit": git_commit(root),
     }

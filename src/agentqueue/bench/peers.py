@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..store.admin import drop_database, ensure_database, with_dbname
 from .common import BenchContext
-from .db import drop_database, ensure_database, with_dbname
 from .procs import run_command
 
 PEER_REQUIREMENTS: tuple[str, ...] = (

@@ -17,9 +17,9 @@ from types import ModuleType
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from ..store.admin import ensure_database, scalar, server_version
 from . import BENCHMARKS, admission, backlog, cost, drain, enqueue, latency, scaling
 from .common import BenchContext, Progress, Row, Sizes
-from .db import ensure_database, scalar, server_version
 from .facts import machine
 from .peers import check_peers, find_root, peer_versions
 from .procs import shutdown_kicks
