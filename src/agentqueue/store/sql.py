@@ -1,4 +1,5 @@
-"""The store's operations, written once over a :class:`Dialect` (ARCHITECTURE rule 4).
+"""The store's operations, written once over a :class:`~.dialect.Dialect` (ARCHITECTURE rule 4);
+those inside a write transaction are in ``tx.py``.
 
 Every operation runs named queries of the same name on both dialects; the dialect supplies the
 connections, the queries, and the :class:`~.rows.Codec` that encodes parameters and decodes rows.
@@ -8,10 +9,10 @@ pool, LISTEN and server-side cursors) stays in ``sqlite/dialect.py`` and ``postg
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any
 from uuid import UUID
 
 from ..domain.models import Event, LogRecord, Task
@@ -23,338 +24,36 @@ from .base import (
     CHANNEL_QUEUED,
     AdmitParams,
     AuditSnapshot,
-    Bucket,
-    Candidate,
-    CandidateQuery,
-    Change,
     ClaimParams,
     DedupKey,
-    DeliveryResult,
     LeaderInfo,
     Lease,
-    LoadRow,
     NewTask,
     Notice,
-    OutboxItem,
-    OutboxRow,
     PausedType,
-    Purge,
     TaskFilter,
     WorkHints,
 )
-from .migrate import Migration, latest_version, run_migrations
+from .dialect import Dialect
+from .migrate import latest_version, run_migrations
 from .rows import (
-    Codec,
     Row,
-    bucket_rows,
-    change_rows,
-    delivery_rows,
     dump,
     event_from_row,
     event_rows,
     log_from_row,
-    log_rows,
     new_task_rows,
-    outbox_from_row,
-    outbox_rows,
-    purge_rows,
     record_from_row,
     stored_event_from_row,
     task_from_row,
     task_head_from_row,
 )
+from .tx import QueryOps, SQLTx
 
 WORK_HINTS = ("lapsed", "due", "admissible", "queued", "held", "tool_timeouts", "p0_queued")
 
 
-class Session(Protocol):
-    """Named queries on one connection, in whatever transaction it is in. Driver errors leave
-    every method classified (store/errors.py)."""
-
-    async def fetch(self, query: str, params: Mapping[str, Any] | None = None) -> list[Row]:
-        """Run ``query`` and return its rows."""
-        ...
-
-    async def execute(self, query: str, params: Mapping[str, Any] | None = None) -> int:
-        """Run ``query`` for its effect; return how many rows it touched."""
-        ...
-
-    async def lock_admission(self) -> None:
-        """Take the one turn to admit under limits until this transaction ends."""
-        ...
-
-
-class Dialect(Protocol):
-    """What one database brings: connections, transactions, notices and the migration
-    primitives. Operations never see a driver."""
-
-    name: str
-    """``sqlite`` or ``postgres``: which queries and migrations to use."""
-    push_notifications: bool
-    codec: Codec
-    orders_in_sql: bool
-    """True when ``claim`` and ``admit`` return their rows in claim order already."""
-
-    async def open(self) -> None:
-        """Connect (a permanent fault fails at once)."""
-        ...
-
-    async def close(self) -> None:
-        """Release connections."""
-        ...
-
-    def read(self) -> AbstractAsyncContextManager[Session]:
-        """A session for reads that take no write lock."""
-        ...
-
-    def write(self, *, renewal: bool = False) -> AbstractAsyncContextManager[Session]:
-        """A session for one write, committed when the context ends; ``renewal`` marks a write
-        that only renews a lease."""
-        ...
-
-    def transaction(self) -> AbstractAsyncContextManager[Session]:
-        """A write transaction: commits on success, rolls back on error."""
-        ...
-
-    def listen(self, channels: Sequence[str]) -> AbstractAsyncContextManager[AsyncIterator[Notice]]:
-        """Notices while the context is open (see Store.listen)."""
-        ...
-
-    def snapshot(
-        self, *queries: str
-    ) -> AbstractAsyncContextManager[tuple[AsyncIterator[Row], ...]]:
-        """The rows of each query, streamed, all read from one consistent snapshot."""
-        ...
-
-    async def applied_versions(self) -> set[int]:
-        """Migration versions applied (creating the version table if needed)."""
-        ...
-
-    async def apply_migration(self, migration: Migration) -> bool:
-        """Apply one migration and record it, under a lock; False if another process did."""
-        ...
-
-
-class _Ops:
-    """What a transaction and the store share: the codec and the decoding of task rows."""
-
-    codec: Codec
-
-    def _p(self, **values: Any) -> dict[str, Any]:
-        return self.codec.params(**values)
-
-    async def _tasks(self, s: Session, query: str, **values: Any) -> list[Task]:
-        return [task_from_row(row, self.codec) for row in await s.fetch(query, self._p(**values))]
-
-    async def _admit(self, s: Session, p: AdmitParams, orders_in_sql: bool) -> list[UUID]:
-        params = self._p(
-            paused=list(p.paused),
-            limit=p.limit,
-            now=p.now,
-            actor=p.event.actor,
-            tail=p.event.tail,
-            data=p.event.data_text,
-        )
-        params.update(self.codec.durations(aging=p.aging_secs))
-        rows = await s.fetch("admit", params)
-        if not orders_in_sql:
-            at = self.codec.at
-            rows.sort(
-                key=lambda r: order_key(
-                    r["priority"], at(r["eligible_at"]), r["seq"], p.now, p.aging_secs
-                )
-            )
-        return [self.codec.uuid(row["id"]) for row in rows]
-
-
-class SQLTx(_Ops):
-    """Operations inside one write transaction (base.Tx)."""
-
-    def __init__(self, session: Session, dialect: Dialect) -> None:
-        self._s = session
-        self._dialect = dialect
-        self.codec = dialect.codec
-
-    async def lock(self, ids: Sequence[UUID], tenant: str | None = None) -> list[Task]:
-        """The tasks with these ids, locked."""
-        return await self._tasks(self._s, "lock_tasks", ids=list(ids), tenant=tenant)
-
-    async def lock_lapsed(self, limit: int, now: datetime) -> list[Task]:
-        """Executing tasks whose lease ran out."""
-        return await self._tasks(self._s, "lock_lapsed", limit=limit, now=now)
-
-    async def lock_due_retries(self, limit: int, now: datetime) -> list[Task]:
-        """Retrying tasks whose backoff elapsed."""
-        return await self._tasks(self._s, "lock_due_retries", limit=limit, now=now)
-
-    async def apply(self, changes: Sequence[Change]) -> set[UUID]:
-        """Guarded bulk update with the events of the rows written."""
-        if not changes:
-            return set()
-        rows = change_rows(changes, self.codec)
-        events = event_rows([c.event for c in changes], self.codec)
-        found = await self._s.fetch("apply", {"rows": dump(rows), "events": dump(events)})
-        return {self.codec.uuid(row["id"]) for row in found}
-
-    async def insert_logs(self, records: Sequence[LogRecord]) -> None:
-        """Bulk insert of captured output."""
-        if records:
-            await self._s.execute("insert_logs", {"rows": dump(log_rows(records, self.codec))})
-
-    async def notify(self, channel: str, payload: str = "") -> None:
-        """A notice at commit (listeners without push notifications see the commit itself)."""
-        if self._dialect.push_notifications:
-            await self._s.execute("notify", {"channel": channel, "payload": payload})
-
-    async def lock_dependents_ready(self, limit: int) -> list[Task]:
-        """Held tasks whose dependencies settled."""
-        return await self._tasks(self._s, "lock_dependents_ready", limit=limit)
-
-    async def task_states(self, ids: Sequence[UUID]) -> dict[UUID, TaskState]:
-        """States by id."""
-        rows = await self._s.fetch("task_states", self._p(ids=list(ids)))
-        return {self.codec.uuid(r["id"]): TaskState(r["state"]) for r in rows}
-
-    # --- admission ------------------------------------------------------------------------
-
-    async def lock_admission(self) -> None:
-        """One admitter under limits at a time."""
-        await self._s.lock_admission()
-
-    async def active_count(self) -> int:
-        """Queued plus executing tasks."""
-        rows = await self._s.fetch("active_count")
-        return int(rows[0]["n"]) if rows else 0
-
-    async def pending_tenants(self, limit: int) -> list[str]:
-        """Tenants with pending tasks."""
-        return [r["tenant"] for r in await self._s.fetch("pending_tenants", {"limit": limit})]
-
-    async def admit_next(self, params: AdmitParams) -> list[UUID]:
-        """The store's ADMIT, inside this transaction (its notice goes at commit)."""
-        return await self._admit(self._s, params, self._dialect.orders_in_sql)
-
-    async def admit_ids(
-        self, ids: Sequence[UUID], now: datetime, event: BulkEvent, agent: str | None = None
-    ) -> list[UUID]:
-        """ADMIT the chosen rows still pending, with their events."""
-        if not ids:
-            return []
-        params = self._p(
-            agent=agent,
-            ids=list(ids),
-            now=now,
-            actor=event.actor,
-            tail=event.tail,
-            data=event.data_text,
-        )
-        admitted = {self.codec.uuid(r["id"]) for r in await self._s.fetch("admit_ids", params)}
-        return [i for i in ids if i in admitted]
-
-    async def note_waiting(self, reasons: Mapping[UUID, str], until: datetime) -> None:
-        """One statement for all."""
-        if reasons:
-            rows = dump([{"id": str(i), "reason": r} for i, r in reasons.items()])
-            await self._s.execute("note_waiting", self._p(rows=rows, until=until))
-
-    async def active_load(self) -> list[LoadRow]:
-        """Queued and executing tasks, grouped."""
-        return [
-            LoadRow(r["tenant"], r["agent"], r["n"]) for r in await self._s.fetch("active_load")
-        ]
-
-    async def admission_candidates(self, query: CandidateQuery) -> list[Candidate]:
-        """The heads of the tenants' priority levels."""
-        params = self._p(
-            now=query.now,
-            tenants=list(query.tenants),
-            per_tenant=query.per_tenant,
-            paused=list(query.paused),
-            skip_types=list(query.skip_types),
-        )
-        rows = await self._s.fetch("admission_candidates", params)
-        return [record_from_row(Candidate, r, self.codec) for r in rows]
-
-    async def rate_buckets(self, names: Sequence[str]) -> dict[str, Bucket]:
-        """Stored buckets, locked until commit."""
-        rows = await self._s.fetch("rate_buckets", self._p(names=list(names)))
-        return {r["name"]: record_from_row(Bucket, r, self.codec) for r in rows}
-
-    async def save_rate_buckets(self, buckets: Mapping[str, Bucket]) -> None:
-        """Upsert."""
-        if buckets:
-            rows = dump(bucket_rows(buckets, self.codec))
-            await self._s.execute("save_rate_buckets", {"rows": rows})
-
-    async def preemptible(self, before: datetime, min_priority: int) -> dict[str, int]:
-        """One grouped count."""
-        params = self._p(before=before, min_priority=min_priority)
-        return {r["agent"]: int(r["n"]) for r in await self._s.fetch("preemptible", params)}
-
-    # --- tools ----------------------------------------------------------------------------
-
-    async def lock_tool_timeouts(self, now: datetime, limit: int) -> list[Task]:
-        """Waiting tasks past their tool deadline."""
-        return await self._tasks(self._s, "lock_tool_timeouts", now=now, limit=limit)
-
-    async def lock_tool_work(self, names: Sequence[str], now: datetime, limit: int) -> list[Task]:
-        """Waiting tasks with a call these tools can take."""
-        return await self._tasks(
-            self._s, "lock_tool_work", names=list(names), now_ts=now.timestamp(), limit=limit
-        )
-
-    async def set_tool_calls(self, task: Task, tool_calls: Sequence[Any]) -> bool:
-        """Guarded by state and audit position."""
-        params = self._p(id=task.id, expected_seq=task.event_seq, tool_calls=dump(list(tool_calls)))
-        return bool(await self._s.fetch("set_tool_calls", params))
-
-    # --- outbox and retention -------------------------------------------------------------
-
-    async def enqueue_outbox(self, items: Sequence[OutboxItem]) -> int:
-        """Insert the deliveries not already stored."""
-        if not items:
-            return 0
-        rows = dump(outbox_rows(items, self.codec))
-        return len(await self._s.fetch("enqueue_outbox", {"rows": rows}))
-
-    async def lease_outbox(
-        self, kind: str, now: datetime, limit: int, until: datetime
-    ) -> list[OutboxRow]:
-        """Pick due deliveries (skipping locked ones) and push them to ``until``."""
-        params = self._p(kind=kind, now=now, limit=limit, until=until)
-        rows = await self._s.fetch("lease_outbox", params)
-        return sorted((outbox_from_row(r, self.codec) for r in rows), key=lambda r: r.id)
-
-    async def record_deliveries(self, results: Sequence[DeliveryResult]) -> None:
-        """Record tries in one statement."""
-        if results:
-            rows = dump(delivery_rows(results, self.codec))
-            await self._s.execute("record_deliveries", {"rows": rows})
-
-    async def lock_expired_dead_letters(
-        self, limit: int, p0_before: datetime, other_before: datetime
-    ) -> list[Task]:
-        """Dead letters past retention, skipping rows other transactions hold."""
-        return await self._tasks(
-            self._s,
-            "lock_expired_dead_letters",
-            limit=limit,
-            p0_before=p0_before,
-            other_before=other_before,
-            latest=max(p0_before, other_before),
-        )
-
-    async def purge(self, items: Sequence[Purge]) -> set[UUID]:
-        """Guarded delete, with the last events and the captured output of the rows deleted."""
-        if not items:
-            return set()
-        rows = dump(purge_rows(items, self.codec))
-        events = dump(event_rows([p.event for p in items], self.codec))
-        found = await self._s.fetch("purge", {"rows": rows, "events": events})
-        return {self.codec.uuid(row["id"]) for row in found}
-
-
-class SQLStore(_Ops):
+class SQLStore(QueryOps):
     """The Store protocol over one dialect."""
 
     def __init__(self, dialect: Dialect) -> None:

@@ -1,4 +1,6 @@
 -- Admission (R4, R12): ADMIT set-wise, and what admission under limits counts (PostgreSQL).
+-- ADMIT is applied to a whole batch in one statement, implementing exactly what domain/states.py
+-- decides (BULK_ACTIONS), and extends each task's audit chain with aq_event_hash().
 
 -- name: admit
 -- ADMIT the best admissible pending tasks, set-wise; returns their ids.

@@ -1,4 +1,6 @@
 -- Admission (R4, R12): ADMIT set-wise, and what admission under limits counts (SQLite).
+-- ADMIT extends each task's audit chain like the hot transitions of execution.sql do (the
+-- batch's hash tail as :tail; its events follow in admit_events over the ids written).
 
 -- name: admit
 -- ADMIT the best admissible pending tasks, set-wise; returns their ids.

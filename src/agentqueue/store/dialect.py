@@ -1,0 +1,83 @@
+"""The Dialect interface: what one database brings to the operations of ``sql.py`` and
+``tx.py`` (connections and transactions, named queries on a session, notices, a consistent
+snapshot, the migration primitives). ``sqlite/dialect.py`` and ``postgres/dialect.py`` implement
+it; an operation never sees a driver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Protocol
+
+from .base import Notice
+from .migrate import Migration
+from .rows import Codec, Row
+
+
+class Session(Protocol):
+    """Named queries on one connection, in whatever transaction it is in. Driver errors leave
+    every method classified (store/errors.py)."""
+
+    async def fetch(self, query: str, params: Mapping[str, Any] | None = None) -> list[Row]:
+        """Run ``query`` and return its rows."""
+        ...
+
+    async def execute(self, query: str, params: Mapping[str, Any] | None = None) -> int:
+        """Run ``query`` for its effect; return how many rows it touched."""
+        ...
+
+    async def lock_admission(self) -> None:
+        """Take the one turn to admit under limits until this transaction ends."""
+        ...
+
+
+class Dialect(Protocol):
+    """What one database brings: connections, transactions, notices and the migration
+    primitives. Operations never see a driver."""
+
+    name: str
+    """``sqlite`` or ``postgres``: which queries and migrations to use."""
+    push_notifications: bool
+    codec: Codec
+    orders_in_sql: bool
+    """True when ``claim`` and ``admit`` return their rows in claim order already."""
+
+    async def open(self) -> None:
+        """Connect (a permanent fault fails at once)."""
+        ...
+
+    async def close(self) -> None:
+        """Release connections."""
+        ...
+
+    def read(self) -> AbstractAsyncContextManager[Session]:
+        """A session for reads that take no write lock."""
+        ...
+
+    def write(self, *, renewal: bool = False) -> AbstractAsyncContextManager[Session]:
+        """A session for one write, committed when the context ends; ``renewal`` marks a write
+        that only renews a lease."""
+        ...
+
+    def transaction(self) -> AbstractAsyncContextManager[Session]:
+        """A write transaction: commits on success, rolls back on error."""
+        ...
+
+    def listen(self, channels: Sequence[str]) -> AbstractAsyncContextManager[AsyncIterator[Notice]]:
+        """Notices while the context is open (see Store.listen)."""
+        ...
+
+    def snapshot(
+        self, *queries: str
+    ) -> AbstractAsyncContextManager[tuple[AsyncIterator[Row], ...]]:
+        """The rows of each query, streamed, all read from one consistent snapshot."""
+        ...
+
+    async def applied_versions(self) -> set[int]:
+        """Migration versions applied (creating the version table if needed)."""
+        ...
+
+    async def apply_migration(self, migration: Migration) -> bool:
+        """Apply one migration and record it, under a lock; False if another process did."""
+        ...
