@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
+from ..domain.audit import StoredEvent
 from ..domain.models import Event, LogRecord, Task
 from ..domain.priority import order_key
 from ..domain.schedule import Schedule
@@ -32,6 +33,7 @@ from .base import (
     Notice,
     PausedType,
     TaskFilter,
+    TaskHead,
     WorkHints,
 )
 from .dialect import Dialect
@@ -257,11 +259,11 @@ class SQLStore(QueryOps):
         codec = self.codec
         async with self._d.snapshot("task_heads", "all_events") as (head_rows, event_rows_):
 
-            async def heads() -> AsyncIterator[Any]:
+            async def heads() -> AsyncIterator[TaskHead]:
                 async for row in head_rows:
                     yield task_head_from_row(row, codec)
 
-            async def events() -> AsyncIterator[Any]:
+            async def events() -> AsyncIterator[StoredEvent]:
                 async for row in event_rows_:
                     yield stored_event_from_row(row, codec)
 
