@@ -201,25 +201,6 @@ def log_rows(records: Sequence[LogRecord], codec: Codec) -> list[dict[str, Any]]
     ]
 
 
-def log_from_row(row: Row, codec: Codec) -> LogRecord:
-    """A LogRecord from a row of aq_task_logs."""
-    return LogRecord(
-        task_id=codec.uuid(row["task_id"]),
-        tenant=row["tenant"],
-        attempt=row["attempt"],
-        stream=row["stream"],
-        at=codec.at(row["at"]),
-        text=row["text"],
-        truncated=bool(row["truncated"]),
-    )
-
-
-_ROW_TIMES = (
-    "locked_at", "heartbeat_at", "lease_expires_at", "run_after", "eligible_at", "created_at",
-    "updated_at", "started_at", "finished_at", "tool_deadline_at",
-)  # fmt: skip
-
-
 def task_from_row(row: Row, codec: Codec) -> Task:
     """A Task from a row of aq_tasks (every column, any order)."""
     values = dict(row)  # type: ignore[call-overload]
@@ -231,9 +212,9 @@ def task_from_row(row: Row, codec: Codec) -> Task:
     if not codec.native:
         values["id"] = codec.uuid_in(values["id"])
         values["lock_token"] = codec.uuid_in(values["lock_token"])
-        for name in _ROW_TIMES:
+        for name in _TIME_FIELDS:
             values[name] = codec.time_in(values[name])
-        for name in ("payload", "checkpoint", "result"):
+        for name in _JSON_FIELDS:
             values[name] = codec.json_in(values[name])
     return Task.from_fields(values)
 
@@ -341,8 +322,8 @@ def purge_rows(items: Sequence[Purge], codec: Codec) -> list[dict[str, Any]]:
 
 
 def record_from_row(cls: type[R], row: Row, codec: Codec) -> R:
-    """A frozen record (Candidate, Bucket, LeaderInfo, PausedType, Schedule) from a row with a
-    column of each field's name, each value decoded by the field's declared type."""
+    """A frozen record (Candidate, Bucket, LeaderInfo, PausedType, Schedule, LogRecord) from a
+    row with a column of each field's name, each value decoded by the field's declared type."""
     decoders: dict[str, Callable[[Any], Any]] = {
         "datetime": codec.at,
         "datetime | None": codec.time_in,
@@ -350,6 +331,7 @@ def record_from_row(cls: type[R], row: Row, codec: Codec) -> R:
         "tuple[str, ...]": lambda value: tuple(codec.json_in(value)),
         "dict[str, Any]": codec.json_in,
         "CatchUp": CatchUp,
+        "bool": bool,  # SQLite keeps 0 and 1
     }
     values = {f.name: decoders.get(str(f.type), _same)(row[f.name]) for f in fields(cls)}  # type: ignore[arg-type]
     return cls(**values)

@@ -43,7 +43,6 @@ from .rows import (
     dump,
     event_from_row,
     event_rows,
-    log_from_row,
     new_task_rows,
     record_from_row,
     stored_event_from_row,
@@ -220,7 +219,7 @@ class SQLStore(QueryOps):
     async def logs(self, task_id: UUID, tenant: str | None = None) -> list[LogRecord]:
         """Captured output of one task."""
         rows = await self._read("logs", task_id=task_id, tenant=tenant)
-        return [log_from_row(row, self.codec) for row in rows]
+        return [record_from_row(LogRecord, row, self.codec) for row in rows]
 
     async def count_parked(self, now: datetime, tenant: str | None = None) -> int:
         """One count."""
