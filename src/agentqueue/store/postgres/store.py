@@ -40,7 +40,7 @@ from ..base import (
     WorkHints,
 )
 from ..errors import from_postgres
-from ..migrate import Migration, latest_version, run_migrations
+from ..migrate import Migration, latest_version, refuse_newer, run_migrations
 from ..rows import (
     Codec,
     change_rows,
@@ -334,9 +334,11 @@ class PostgresStore:
             name="agentqueue",
         )
 
-    async def open(self, *, migrate: bool = True, wait_secs: float = 15.0) -> None:
+    async def open(self, *, migrate: bool = True, wait_secs: float | None = None) -> None:
         """Connect and migrate. A permanent fault (no such database, a wrong password, a bad
-        option) fails at once; a passing one is tried again for up to ``wait_secs``."""
+        option, a schema newer than this release) fails at once; a passing one is tried again
+        for up to ``wait_secs`` (default 15 s)."""
+        wait_secs = 15.0 if wait_secs is None else wait_secs
         passing = await self._probe()
         try:
             await self._pool.open(wait=True, timeout=wait_secs)
@@ -346,8 +348,14 @@ class PostgresStore:
             if passing is not None and isinstance(error, StoreUnavailable):
                 error = StoreUnavailable(f"{passing} (waited {wait_secs:g} s)")
             raise error from None
-        if migrate and await self.schema_version() < latest_version(self.dialect):
-            await self.migrate()
+        try:
+            version = await self.schema_version()
+            refuse_newer(version, self.dialect)
+            if migrate and version < latest_version(self.dialect):
+                await self.migrate()
+        except BaseException:
+            await self._pool.close()
+            raise
 
     async def _probe(self) -> StoreUnavailable | None:
         """One direct connection, so that a fault waiting cannot mend is told at once (the pool

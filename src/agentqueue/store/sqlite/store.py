@@ -47,7 +47,7 @@ from ..base import (
     WorkHints,
 )
 from ..errors import from_sqlite
-from ..migrate import Migration, latest_version, run_migrations
+from ..migrate import Migration, latest_version, refuse_newer, run_migrations
 from ..rows import (
     Codec,
     change_rows,
@@ -521,11 +521,20 @@ class SQLiteStore:
         self._lease_commits = 0
         """...of which lease renewals: the one write an idle process makes."""
 
-    async def open(self, *, migrate: bool = True) -> None:
-        """Create the file if needed and migrate."""
+    @property
+    def commits(self) -> int:
+        """Transactions this store has committed (a command that met a lock is run again only
+        when none of its writes was saved)."""
+        return self._own_commits
+
+    async def open(self, *, migrate: bool = True, wait_secs: float | None = None) -> None:
+        """Create the file if needed and migrate; refuse a schema newer than this release.
+        (``wait_secs`` is for servers; a file is there or not.)"""
         if self.path.parent and not self.path.parent.exists():
             raise StoreError(f"the folder for the SQLite database does not exist: {self.path}")
-        if migrate and await self.schema_version() < latest_version(self.dialect):
+        version = await self.schema_version()
+        refuse_newer(version, self.dialect)
+        if migrate and version < latest_version(self.dialect):
             await self.migrate()
 
     async def close(self) -> None:
