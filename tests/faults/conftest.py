@@ -1,0 +1,26 @@
+"""Fixtures of the fault tests: a private PostgreSQL server per test module (initdb runs once a
+module, so pytest-xdist workers never share one), never skipped."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from pg_instance import PgInstance, find_bin
+
+TEST_PASSWORD = "s3cret-pw-never-shown"
+
+
+@pytest.fixture(scope="module")
+def pg() -> Iterator[PgInstance]:
+    """A running private server; stopped and removed at the end of the module."""
+    try:
+        find_bin()
+    except FileNotFoundError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    instance = PgInstance(TEST_PASSWORD)
+    try:
+        instance.init()
+        yield instance
+    finally:
+        instance.destroy()
