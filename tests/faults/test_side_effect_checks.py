@@ -1,0 +1,69 @@
+"""The checks the fault scenarios end with catch what they are meant to catch: a task run twice
+at the same time, a task run again with no lapsed lease to explain it, a task never run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from fault_helpers import Fleet, attempts, check_side_effects
+
+A, B = "task-a", "task-b"
+
+
+def write(path: Path, *lines: str) -> Path:
+    path.write_text("".join(line + "\n" for line in lines))
+    return path
+
+
+def test_sequential_runs_explained_by_a_lapse_pass(tmp_path: Path) -> None:
+    log = write(
+        tmp_path / "log",
+        f"start {A} 1 1.0 0",
+        f"end {A} 1 2.0 0 done",
+        f"start {A} 2 3.0 0",
+        f"end {A} 2 4.0 0 done",
+        f"start {B} 1 1.5 0",
+        f"end {B} 1 1.6 0 done",
+    )
+    runs = check_side_effects(log, {A, B}, {A: 1}, Fleet(tmp_path, {}))
+    assert runs == {A: 2, B: 1}
+    assert [a.pid for a in attempts(log)[A]] == ["1", "2"]
+
+
+def test_two_runs_at_the_same_time_fail(tmp_path: Path) -> None:
+    log = write(
+        tmp_path / "log",
+        f"start {A} 1 1.0 0",
+        f"start {A} 2 1.5 0",
+        f"end {A} 1 2.0 0 done",
+        f"end {A} 2 2.5 0 done",
+    )
+    with pytest.raises(AssertionError, match="at the same time"):
+        check_side_effects(log, {A}, {A: 1}, Fleet(tmp_path, {}))
+
+
+def test_an_unfinished_run_overlaps_any_later_one(tmp_path: Path) -> None:
+    log = write(
+        tmp_path / "log", f"start {A} 1 1.0 0", f"start {A} 2 9.0 0", f"end {A} 2 9.5 0 done"
+    )
+    with pytest.raises(AssertionError, match="at the same time"):
+        check_side_effects(log, {A}, {A: 1}, Fleet(tmp_path, {}))
+
+
+def test_a_second_run_without_a_lapse_fails(tmp_path: Path) -> None:
+    log = write(
+        tmp_path / "log",
+        f"start {A} 1 1.0 0",
+        f"end {A} 1 2.0 0 done",
+        f"start {A} 2 3.0 0",
+        f"end {A} 2 4.0 0 done",
+    )
+    with pytest.raises(AssertionError, match="lapsed leases explain"):
+        check_side_effects(log, {A}, {}, Fleet(tmp_path, {}))
+
+
+def test_a_task_that_never_ran_fails(tmp_path: Path) -> None:
+    log = write(tmp_path / "log", f"start {A} 1 1.0 0", f"end {A} 1 2.0 0 done")
+    with pytest.raises(AssertionError, match="never ran"):
+        check_side_effects(log, {A, B}, {}, Fleet(tmp_path, {}))
