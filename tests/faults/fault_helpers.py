@@ -10,6 +10,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 HERE = Path(__file__).parent
@@ -17,6 +18,34 @@ AGENTQUEUE = str(Path(sys.executable).with_name("agentqueue"))
 LEASE_LAPSED = "lease_expired"
 """The action the scheduler records when it takes back a task whose lease lapsed
 (``Action.LEASE_EXPIRED`` in agentqueue.domain.states)."""
+
+
+MAX_OUTAGE_WARNINGS = 20
+"""Warning and error lines one process may log through one outage: once for each of its loops
+that meets it (and once more when it comes back), not once for every retry."""
+
+
+def warnings_between(log: Path, since: float, until: float) -> list[str]:
+    """The WARNING and ERROR lines a process logged between two wall-clock times."""
+    found = []
+    for line in log.read_text(errors="replace").splitlines():
+        try:
+            at = datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+        except ValueError:
+            continue  # a continuation line
+        if since <= at <= until and (" WARNING " in line or " ERROR " in line):
+            found.append(line)
+    return found
+
+
+def check_outage_logged_once(fleet: Fleet, since: float, until: float) -> None:
+    """Each process told of the outage a bounded number of times, not at every retry."""
+    for proc in fleet.procs:
+        lines = warnings_between(proc.log, since, until)
+        assert len(lines) <= MAX_OUTAGE_WARNINGS, (
+            f"{proc.name} logged {len(lines)} warnings through one outage (at most "
+            f"{MAX_OUTAGE_WARNINGS}: once per loop, not per retry):\n" + "\n".join(lines[:40])
+        )
 
 
 def tail(path: Path, lines: int = 25) -> str:

@@ -1,7 +1,8 @@
 """Real worker and scheduler processes through PostgreSQL outages: crash restarts, a 20 s stop,
-a stop while long tasks run. Afterwards every process is still running, every task completed
-exactly once in the database, the audit chains hold, and the side-effect log shows no task run
-twice at the same time and none run again unless its lease truly lapsed.
+a stop while long tasks run, a server that is down when they start. Afterwards every process is
+still running, every task completed exactly once in the database, the audit chains hold, the
+side-effect log shows no task run twice at the same time and none run again unless its lease
+truly lapsed, and each process told of each outage a few times, not at every retry.
 
 The scheduler runs apart (``agentqueue scheduler``); the three workers run ``--no-scheduler``.
 Waits are generous bounds on events, never timings.
@@ -17,7 +18,15 @@ from typing import Any
 
 import psycopg
 import pytest
-from fault_helpers import AGENTQUEUE, LEASE_LAPSED, Fleet, check_side_effects, fleet_env, wait_until
+from fault_helpers import (
+    AGENTQUEUE,
+    LEASE_LAPSED,
+    Fleet,
+    check_outage_logged_once,
+    check_side_effects,
+    fleet_env,
+    wait_until,
+)
 from pg_instance import PgInstance
 
 from agentqueue import Queue
@@ -44,9 +53,35 @@ WORKERS = 3
 DRAIN_WITHIN = 180.0
 
 
+def start_fleet(fleet: Fleet) -> None:
+    """Three workers without scheduler steps, and a scheduler alone."""
+    for i in range(WORKERS):
+        fleet.spawn(
+            f"worker{i}",
+            "worker",
+            "--no-scheduler",
+            "--app",
+            "fault_app:queue",
+            "--concurrency",
+            "10",
+            "--id",
+            f"worker{i}",
+        )
+    fleet.spawn("scheduler", "scheduler", "--id", "scheduler")
+
+
+def fleet_ready(fleet: Fleet) -> bool:
+    """Every worker has started and the scheduler leads."""
+    said = {p.name: p.log.read_text(errors="replace") for p in fleet.procs}
+    return all(
+        ("leads the scheduler" if name == "scheduler" else f"worker {name} started") in text
+        for name, text in said.items()
+    )
+
+
 @pytest.fixture
 def scenario(pg: PgInstance, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Any]:
-    """A fresh database, the config, and a fleet of three workers and one scheduler."""
+    """A fresh, migrated database, the config, and a fleet (started by the test)."""
     name = "aq_" + request.node.name.removeprefix("test_")[:40]
     url = pg.create_database(name)
     config = tmp_path / "agentqueue.toml"
@@ -56,22 +91,18 @@ def scenario(pg: PgInstance, tmp_path: Path, request: pytest.FixtureRequest) -> 
     with Queue(url, config=config) as q:  # migrate before the processes race to
         q.open()
     try:
-        for i in range(WORKERS):
-            fleet.spawn(
-                f"worker{i}",
-                "worker",
-                "--no-scheduler",
-                "--app",
-                "fault_app:queue",
-                "--concurrency",
-                "10",
-                "--id",
-                f"worker{i}",
-            )
-        fleet.spawn("scheduler", "scheduler", "--id", "scheduler")
         yield url, config, fault_log, fleet
     finally:
         fleet.stop()
+
+
+@pytest.fixture
+def running(scenario: Any) -> Any:
+    """The scenario with its fleet up: every worker started, the scheduler leading."""
+    fleet = scenario[3]
+    start_fleet(fleet)
+    wait_until(lambda: fleet_ready(fleet), 60, "every process to start", fleet)
+    return scenario
 
 
 def submit(url: str, config: Path, n: int, secs: float) -> set[str]:
@@ -145,32 +176,39 @@ def settle_and_check(url: str, fault_log: Path, fleet: Fleet, task_ids: set[str]
     print(f"{n} tasks; {again} ran more than once; {sum(lapses.values())} lapsed leases taken back")
 
 
-def test_two_crash_restarts_during_a_drain(pg: PgInstance, scenario: Any) -> None:
-    url, config, fault_log, fleet = scenario
+def test_two_crash_restarts_during_a_drain(pg: PgInstance, running: Any) -> None:
+    url, config, fault_log, fleet = running
     task_ids = submit(url, config, 2000, 0.1)
     wait_until(lambda: completed_at_least(url, 200), 60, "the drain to start", fleet)
+    first = time.time()
     pg.restart("immediate")
     wait_until(lambda: completed_at_least(url, 700), 90, "the drain to go on", fleet)
+    second = time.time()
     pg.restart("immediate")
     settle_and_check(url, fault_log, fleet, task_ids)
+    check_outage_logged_once(fleet, first, second)
+    check_outage_logged_once(fleet, second, time.time())
 
 
-def test_a_20_second_stop_during_a_drain(pg: PgInstance, scenario: Any) -> None:
-    url, config, fault_log, fleet = scenario
+def test_a_20_second_stop_during_a_drain(pg: PgInstance, running: Any) -> None:
+    url, config, fault_log, fleet = running
     task_ids = submit(url, config, 600, 0.1)
     wait_until(lambda: completed_at_least(url, 100), 60, "the drain to start", fleet)
+    down = time.time()
     pg.stop("fast")
     try:
         time.sleep(20)  # the outage itself
     finally:
         pg.start()
     settle_and_check(url, fault_log, fleet, task_ids)
+    check_outage_logged_once(fleet, down, time.time())
 
 
-def test_a_stop_while_long_tasks_run(pg: PgInstance, scenario: Any) -> None:
-    url, config, fault_log, fleet = scenario
+def test_a_stop_while_long_tasks_run(pg: PgInstance, running: Any) -> None:
+    url, config, fault_log, fleet = running
     task_ids = submit(url, config, 30, 10.0)
     wait_until(lambda: starts(fault_log) >= 20, 60, "long tasks to start", fleet)
+    down = time.time()
     pg.stop("fast")
     try:
         # Longer than the lease: the scheduler takes the tasks back once the server is up,
@@ -179,3 +217,26 @@ def test_a_stop_while_long_tasks_run(pg: PgInstance, scenario: Any) -> None:
     finally:
         pg.start()
     settle_and_check(url, fault_log, fleet, task_ids)
+    check_outage_logged_once(fleet, down, time.time())
+
+
+def test_processes_started_while_the_server_is_down_wait_for_it(
+    pg: PgInstance, scenario: Any
+) -> None:
+    url, config, fault_log, fleet = scenario
+    task_ids = submit(url, config, 200, 0.05)
+    down = time.time()
+    pg.stop("fast")
+    try:
+        start_fleet(fleet)
+        # Longer than any wait for the first connection: a worker or scheduler that meets a
+        # passing fault at start keeps trying instead of exiting.
+        time.sleep(20)
+        dead = fleet.dead()
+        assert not dead, f"exited while the server was down: {[p.name for p in dead]}\n" + (
+            fleet.report()
+        )
+    finally:
+        pg.start()
+    settle_and_check(url, fault_log, fleet, task_ids)
+    check_outage_logged_once(fleet, down, time.time())

@@ -3,10 +3,18 @@ at the same time, a task run again with no lapsed lease to explain it, a task ne
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 
 import pytest
-from fault_helpers import Fleet, attempts, check_side_effects
+from fault_helpers import (
+    MAX_OUTAGE_WARNINGS,
+    Fleet,
+    Proc,
+    attempts,
+    check_outage_logged_once,
+    check_side_effects,
+)
 
 A, B = "task-a", "task-b"
 
@@ -67,3 +75,17 @@ def test_a_task_that_never_ran_fails(tmp_path: Path) -> None:
     log = write(tmp_path / "log", f"start {A} 1 1.0 0", f"end {A} 1 2.0 0 done")
     with pytest.raises(AssertionError, match="never ran"):
         check_side_effects(log, {A, B}, {}, Fleet(tmp_path, {}))
+
+
+def test_a_warning_at_every_retry_fails(tmp_path: Path) -> None:
+    log = tmp_path / "worker.log"
+    lines = [
+        f"2026-03-01 09:00:{i:02d},000 WARNING agentqueue.worker: claim failed"
+        for i in range(MAX_OUTAGE_WARNINGS + 1)
+    ]
+    write(log, *lines, "\tIs the server running on that host?")
+    fleet = Fleet(tmp_path, {}, [Proc("worker", None, log)])  # type: ignore[arg-type]
+    since = datetime(2026, 3, 1, 9, 0).timestamp()
+    check_outage_logged_once(fleet, since + 60, since + 120)  # none in that window
+    with pytest.raises(AssertionError, match="once per loop"):
+        check_outage_logged_once(fleet, since, since + 60)
