@@ -229,9 +229,9 @@ def test_processes_started_while_the_server_is_down_wait_for_it(
     pg.stop("fast")
     try:
         start_fleet(fleet)
-        # Longer than any wait for the first connection: a worker or scheduler that meets a
-        # passing fault at start keeps trying instead of exiting.
-        time.sleep(20)
+        # Longer than start-up plus any wait for the first connection (15 s today): a worker
+        # or scheduler that meets a passing fault at start keeps trying instead of exiting.
+        time.sleep(25)
         dead = fleet.dead()
         assert not dead, f"exited while the server was down: {[p.name for p in dead]}\n" + (
             fleet.report()
