@@ -1,6 +1,12 @@
 """The ``agentqueue`` command: a thin shell over AsyncQueue.
 
 Exit codes: 0 success, 2 bad input (usage errors and invalid fields), 1 anything else.
+
+A one-shot command (everything but ``worker``, ``serve`` and ``scheduler``) waits at most
+:data:`ONE_SHOT_WAIT_SECS` for a database server it cannot reach, then says so; one that finds a
+SQLite file locked by another process's write says it is waiting and tries again until the lock
+is gone (at most ``--lock-wait`` seconds). A fault waiting cannot mend (no such database, a
+wrong password, a bad option, a schema newer than this release) fails at once, naming it.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import json
 import os
 import re
 import sys
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -20,7 +27,7 @@ from typing import Any, NoReturn, TypeVar
 import click
 
 from . import __version__
-from .domain.errors import AgentQueueError, InvalidInput, NotFound
+from .domain.errors import AgentQueueError, InvalidInput, NotFound, StoreUnavailable
 from .domain.models import Event, Task
 from .domain.priority import priority_name
 from .domain.states import TaskState
@@ -32,6 +39,10 @@ from .store import DEFAULT_URL
 T = TypeVar("T")
 
 EXIT_OK, EXIT_ERROR, EXIT_BAD_INPUT = 0, 1, 2
+ONE_SHOT_WAIT_SECS = 5.0
+"""How long a one-shot command waits for a database server it cannot reach."""
+DEFAULT_LOCK_WAIT_SECS = 300.0
+LOCK_RETRY_PAUSE_SECS = 0.2
 STATES = [s.value for s in TaskState]
 
 
@@ -48,30 +59,71 @@ def fail(message: str, code: int = EXIT_ERROR) -> NoReturn:
     sys.exit(code)
 
 
+def _locked(exc: StoreUnavailable) -> bool:
+    """Whether the fault is another process's write lock on a SQLite file."""
+    return "write lock" in str(exc)
+
+
 def run(
     ctx: click.Context,
     action: Callable[[AsyncQueue], Awaitable[T]],
     tenant: str | None = None,
     db: str | None = None,
+    one_shot: bool = True,
 ) -> T:
-    """Open the queue named by the global options, run ``action``, close, map errors."""
+    """Open the queue named by the global options, run ``action``, close, map errors.
+
+    A one-shot command waits at most ONE_SHOT_WAIT_SECS for an unreachable server. When another
+    process holds a SQLite file's write lock past the busy timeout, nothing was written (the
+    lock is taken at BEGIN), so the action is run again, after a notice, until the lock is gone
+    or ``--lock-wait`` has passed. Long-running commands (worker, serve, scheduler) wait as
+    their own loops decide.
+    """
     opts = ctx.find_root().obj
 
     async def go() -> T:
         queue = AsyncQueue(
-            db or opts["db"], config=opts["config"], actor=opts["actor"], tenant=tenant
+            db or opts["db"],
+            config=opts["config"],
+            actor=opts["actor"],
+            tenant=tenant,
+            open_wait_secs=ONE_SHOT_WAIT_SECS if one_shot else None,
         )
         try:
             return await action(queue)
+        except StoreUnavailable as exc:
+            saved = queue.store.commits
+            if _locked(exc) and saved:
+                # Running it again would repeat the writes already saved.
+                raise AgentQueueError(
+                    f"{exc}; part of this command was already saved, so it is not run again"
+                ) from None
+            raise
         finally:
             await queue.close()
 
+    lock_wait = opts.get("lock_wait", DEFAULT_LOCK_WAIT_SECS)
+    deadline = time.monotonic() + lock_wait
+    told = False
     try:
-        return asyncio.run(go())
+        while True:
+            try:
+                return asyncio.run(go())
+            except StoreUnavailable as exc:
+                if not (one_shot and _locked(exc)):
+                    raise
+                if time.monotonic() >= deadline:
+                    fail(f"gave up after waiting {lock_wait:g} s for the database: {exc}")
+                if not told:
+                    click.echo(f"waiting for the database: {exc}", err=True)
+                    told = True
+                time.sleep(LOCK_RETRY_PAUSE_SECS)
     except InvalidInput as exc:
         fail(str(exc), EXIT_BAD_INPUT)
     except NotFound as exc:
         fail(str(exc))
+    except StoreUnavailable as exc:
+        fail(f"cannot reach the database: {exc}")
     except AgentQueueError as exc:
         fail(str(exc))
     except KeyboardInterrupt:
@@ -259,11 +311,22 @@ def task_id_arg(value: str) -> Any:
     default=_default_actor,
     help="Who is acting, for the audit log (env AGENTQUEUE_ACTOR; default: your user name).",
 )
+@click.option(
+    "--lock-wait",
+    envvar="AGENTQUEUE_LOCK_WAIT",
+    type=click.FloatRange(0, 86_400),
+    default=DEFAULT_LOCK_WAIT_SECS,
+    show_default=True,
+    help="Seconds a command waits while another process holds a SQLite file's write lock "
+    "(env AGENTQUEUE_LOCK_WAIT).",
+)
 @click.version_option(__version__, prog_name="agentqueue")
 @click.pass_context
-def main(ctx: click.Context, db: str | None, config: str | None, actor: str) -> None:
+def main(
+    ctx: click.Context, db: str | None, config: str | None, actor: str, lock_wait: float
+) -> None:
     """agentqueue: a durable task queue and scheduler for AI-agent work."""
-    ctx.obj = {"db": db, "config": config, "actor": actor}
+    ctx.obj = {"db": db, "config": config, "actor": actor, "lock_wait": lock_wait}
 
 
 @main.command()
@@ -673,7 +736,7 @@ def _run_worker(
     async def with_queue(q: AsyncQueue) -> None:
         await go(q)
 
-    run(ctx, with_queue, db=db)
+    run(ctx, with_queue, db=db, one_shot=False)
 
 
 def _worker_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -738,7 +801,7 @@ def scheduler(ctx: click.Context, holder: str | None) -> None:
         with contextlib.suppress(asyncio.CancelledError):
             await job
 
-    run(ctx, go)
+    run(ctx, go, one_shot=False)
 
 
 @main.command("agents")

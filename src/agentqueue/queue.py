@@ -92,7 +92,8 @@ class AsyncQueue:
     ``url`` is ``sqlite:///path.db`` or ``postgresql://...``; without it, ``AGENTQUEUE_DB``, then
     ``db`` in the configuration, then ``sqlite:///agentqueue.db``. ``tenant`` scopes every read
     and write to one tenant; without it the queue acts for all tenants (as an operator does).
-    The schema is migrated on first use.
+    The schema is migrated on first use. ``open_wait_secs`` bounds how long opening waits for
+    a database server that cannot be reached (default: the store's, 15 s for PostgreSQL).
     """
 
     def __init__(
@@ -105,6 +106,7 @@ class AsyncQueue:
         clock: Clock | None = None,
         store: Store | None = None,
         actor: str = "api",
+        open_wait_secs: float | None = None,
     ) -> None:
         if settings is None:
             settings = load_settings(config or os.environ.get("AGENTQUEUE_CONFIG") or None)
@@ -119,6 +121,7 @@ class AsyncQueue:
         self._rt.pipelines  # noqa: B018 - a bad [pipelines] or [[guardrails]] fails here, at once
         self._opened = False
         self._open_lock: asyncio.Lock | None = None
+        self._open_wait_secs = open_wait_secs
         self.handlers: dict[str, Handler] = {}
         self.tools: dict[str, ToolFn] = {}
 
@@ -143,7 +146,7 @@ class AsyncQueue:
                 self._open_lock = asyncio.Lock()
             async with self._open_lock:
                 if not self._opened:
-                    await self._rt.store.open()
+                    await self._rt.store.open(wait_secs=self._open_wait_secs)
                     self._opened = True
         return self._rt
 
@@ -171,7 +174,7 @@ class AsyncQueue:
     async def migrate(self) -> list[int]:
         """Apply missing schema migrations; return the versions applied."""
         if not self._opened:
-            await self._rt.store.open(migrate=False)
+            await self._rt.store.open(migrate=False, wait_secs=self._open_wait_secs)
             self._opened = True
         return await self._rt.store.migrate()
 

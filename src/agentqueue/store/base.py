@@ -451,8 +451,16 @@ class StoreLifecycle(Protocol):
     """True when listeners hear each notify (PostgreSQL); else they only hear that something
     changed, and anything that must reach a worker travels in heartbeat replies (SQLite)."""
 
-    async def open(self, *, migrate: bool = True) -> None:
-        """Connect, and (unless told not to) migrate the schema if it is behind."""
+    @property
+    def commits(self) -> int:
+        """Write transactions this store has committed (a command that met a lock is run again
+        only when none of its writes was saved)."""
+        ...
+
+    async def open(self, *, migrate: bool = True, wait_secs: float | None = None) -> None:
+        """Connect, and (unless told not to) migrate the schema if it is behind. A schema newer
+        than this release raises StoreMisconfigured; an unreachable server is waited for up to
+        ``wait_secs`` (None: the store's default) before StoreUnavailable."""
         ...
 
     async def close(self) -> None:

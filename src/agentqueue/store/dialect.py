@@ -43,8 +43,15 @@ class Dialect(Protocol):
     orders_in_sql: bool
     """True when ``claim`` and ``admit`` return their rows in claim order already."""
 
-    async def open(self) -> None:
-        """Connect (a permanent fault fails at once)."""
+    @property
+    def commits(self) -> int:
+        """Write transactions this process has committed through the dialect (a command that
+        met a lock is run again only when none of its writes was saved)."""
+        ...
+
+    async def open(self, wait_secs: float | None = None) -> None:
+        """Connect: a permanent fault fails at once, a passing one is waited on for up to
+        ``wait_secs`` (None: the dialect's default) before StoreUnavailable."""
         ...
 
     async def close(self) -> None:

@@ -19,6 +19,8 @@ from functools import cache
 from importlib import resources
 from typing import Protocol
 
+from ..domain.errors import StoreMisconfigured
+
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 DIALECTS = ("sqlite", "postgres")
 ALIGNED_FROM = 8
@@ -101,3 +103,14 @@ async def run_migrations(target: MigrationTarget, dialect: str) -> list[int]:
 def latest_version(dialect: str) -> int:
     """The highest version this release knows."""
     return max((m.version for m in available(dialect)), default=0)
+
+
+def refuse_newer(version: int, dialect: str) -> None:
+    """Raise StoreMisconfigured when the schema is newer than this release: old code writing
+    over a schema it does not know is how data gets corrupted."""
+    latest = latest_version(dialect)
+    if version > latest:
+        raise StoreMisconfigured(
+            f"the database schema is at version {version}, newer than this release of "
+            f"agentqueue knows (version {latest}): upgrade agentqueue before using this database"
+        )

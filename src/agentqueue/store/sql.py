@@ -37,7 +37,7 @@ from .base import (
     WorkHints,
 )
 from .dialect import Dialect
-from .migrate import latest_version, run_migrations
+from .migrate import latest_version, refuse_newer, run_migrations
 from .rows import (
     Row,
     dump,
@@ -63,11 +63,22 @@ class SQLStore(QueryOps):
         self.push_notifications = dialect.push_notifications
         self.codec = dialect.codec
 
-    async def open(self, *, migrate: bool = True) -> None:
-        """Connect, and migrate if the schema is behind."""
-        await self._d.open()
-        if migrate and await self.schema_version() < latest_version(self.dialect):
-            await self.migrate()
+    @property
+    def commits(self) -> int:
+        """Write transactions this store has committed."""
+        return self._d.commits
+
+    async def open(self, *, migrate: bool = True, wait_secs: float | None = None) -> None:
+        """Connect, refuse a schema newer than this release, and migrate if it is behind."""
+        await self._d.open(wait_secs)
+        try:
+            version = await self.schema_version()
+            refuse_newer(version, self.dialect)
+            if migrate and version < latest_version(self.dialect):
+                await self.migrate()
+        except BaseException:
+            await self._d.close()
+            raise
 
     async def close(self) -> None:
         """Release connections."""

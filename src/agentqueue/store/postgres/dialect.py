@@ -87,6 +87,7 @@ class PostgresDialect:
     ) -> None:
         self._url = url
         self._wait_secs = wait_secs
+        self.commits = 0
         self._pool: AsyncConnectionPool[Connection] = AsyncConnectionPool(
             url,
             connection_class=Connection,
@@ -97,17 +98,18 @@ class PostgresDialect:
             name="agentqueue",
         )
 
-    async def open(self) -> None:
+    async def open(self, wait_secs: float | None = None) -> None:
         """Open the pool. A permanent fault (no such database, a wrong password, a bad option)
         fails at once; a passing one is tried again for up to ``wait_secs``."""
+        wait = self._wait_secs if wait_secs is None else wait_secs
         passing = await self._probe()
         try:
-            await self._pool.open(wait=True, timeout=self._wait_secs)
+            await self._pool.open(wait=True, timeout=wait)
         except Exception as exc:  # the pool raises its own timeout type
             await self._pool.close()
             error = from_postgres(exc)
             if passing is not None and isinstance(error, StoreUnavailable):
-                error = StoreUnavailable(f"{passing} (waited {self._wait_secs:g} s)")
+                error = StoreUnavailable(f"{passing} (waited {wait:g} s)")
             raise error from None
 
     async def _probe(self) -> StoreUnavailable | None:
@@ -137,9 +139,11 @@ class PostgresDialect:
             raise from_postgres(exc) from exc
 
     @asynccontextmanager
-    async def _autocommit(self) -> AsyncIterator[PostgresSession]:
+    async def _autocommit(self, counted: bool = False) -> AsyncIterator[PostgresSession]:
         async with self._connection() as conn:
             yield PostgresSession(conn)
+        if counted:
+            self.commits += 1
 
     def read(self) -> AbstractAsyncContextManager[PostgresSession]:
         """A pooled connection."""
@@ -147,13 +151,14 @@ class PostgresDialect:
 
     def write(self, *, renewal: bool = False) -> AbstractAsyncContextManager[PostgresSession]:
         """A pooled connection: each statement commits by itself."""
-        return self._autocommit()
+        return self._autocommit(counted=True)
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[PostgresSession]:
         """A transaction on a pooled connection."""
         async with self._connection() as conn, conn.transaction():
             yield PostgresSession(conn)
+        self.commits += 1
 
     @asynccontextmanager
     async def listen(self, channels: Sequence[str]) -> AsyncIterator[AsyncIterator[Notice]]:

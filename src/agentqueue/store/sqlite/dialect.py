@@ -220,8 +220,14 @@ class SQLiteDialect:
         self._lease_commits = 0
         """...of which lease renewals: the one write an idle process makes."""
 
-    async def open(self) -> None:
-        """The file is created on first use; its folder must exist."""
+    @property
+    def commits(self) -> int:
+        """Transactions this process's writer has committed."""
+        return self._own_commits
+
+    async def open(self, wait_secs: float | None = None) -> None:
+        """The file is created on first use; its folder must exist (``wait_secs`` is for
+        servers: a file is there or not)."""
         if self.path.parent and not self.path.parent.exists():
             raise StoreError(f"the folder for the SQLite database does not exist: {self.path}")
 
