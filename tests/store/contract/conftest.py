@@ -178,6 +178,23 @@ async def reclaimed(rt: Runtime, clock: ManualClock, old: Task, worker: str = "w
     return new
 
 
+async def waiting_on_tool(
+    rt: Runtime, call_id: str = "c1", tool: str = "search", timeout_secs: float = 60, **fields: Any
+) -> Task:
+    """A claimed task that asked for ``tool`` (call ``call_id``): waiting_tool, holding no
+    lease."""
+    task = await claimed(rt, **fields)
+    call = {"id": call_id, "name": tool, "args": {}, "timeout_secs": timeout_secs}
+    now = rt.clock.now()
+    req = Request(Action.WAIT_TOOL, now, task.assigned_to or WORKER, lock_token=task.lock_token,
+                  tool_call=call)  # fmt: skip
+    async with rt.store.transaction() as tx:
+        assert await tx.apply([change(task, req)]) == {task.id}
+    [waiting] = await rt.store.get_tasks([task.id])
+    assert waiting.state is TaskState.WAITING_TOOL
+    return waiting
+
+
 def change(task: Task, request: Request) -> Change:
     """The guarded write of ``request`` decided on ``task`` as the caller sees it."""
     outcome = decide(task, request)

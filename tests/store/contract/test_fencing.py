@@ -29,7 +29,18 @@ from agentqueue.domain.states import (
 )
 from agentqueue.service.runtime import Runtime
 from agentqueue.store import Lease, Store
-from conftest import GRACE, LEASE_TTL, WORKER, change, claimed, reclaimed, snapshot
+from conftest import (
+    GRACE,
+    LEASE_TTL,
+    WORKER,
+    change,
+    claim,
+    claimed,
+    lapse,
+    reclaimed,
+    snapshot,
+    waiting_on_tool,
+)
 
 
 async def stale_and_current(rt: Runtime, clock: ManualClock) -> tuple[Task, Task]:
@@ -129,8 +140,6 @@ async def test_write_decided_before_the_lease_was_taken_back_writes_nothing(
 ) -> None:
     """The old holder's completion-by-change after its lease was taken back (task retrying)
     is refused by the expected-state guard."""
-    from conftest import lapse
-
     old = await claimed(rt)
     await lapse(rt, clock)
     before = await snapshot(store, old.id)
@@ -141,32 +150,18 @@ async def test_write_decided_before_the_lease_was_taken_back_writes_nothing(
     assert await snapshot(store, old.id) == before
 
 
-async def waiting_on_tool(rt: Runtime, clock: ManualClock, call_id: str = "c1") -> Task:
-    """A claimed task that asked for tool ``search`` (call ``call_id``)."""
-    task = await claimed(rt)
-    call = {"id": call_id, "name": "search", "args": {}}
-    req = Request(Action.WAIT_TOOL, clock.now(), WORKER, lock_token=task.lock_token, tool_call=call)
-    async with rt.store.transaction() as tx:
-        assert await tx.apply([change(task, req)]) == {task.id}
-    [t] = await rt.store.get_tasks([task.id])
-    assert t.state is TaskState.WAITING_TOOL
-    return t
-
-
 async def test_stale_set_tool_calls_writes_nothing(
     store: Store, rt: Runtime, clock: ManualClock
 ) -> None:
     """A runner's lease on a call, written from an image read before the task moved on (its
     result arrived, it ran again and waits on a new call), is refused; from the current image
     it is written."""
-    stale = await waiting_on_tool(rt, clock)
+    stale = await waiting_on_tool(rt)
     now = clock.now()
     result = Request(Action.TOOL_RESULT, now, "runner", tool_call_id="c1", result={"hits": 1})
     async with store.transaction() as tx:
         assert await tx.apply([change(stale, result)]) == {stale.id}
     [queued] = await store.get_tasks([stale.id])
-    from conftest import claim
-
     [again] = await claim(store, 1, now, task_types=[stale.task_type])
     call = {"id": "c2", "name": "search", "args": {}}
     wait = Request(Action.WAIT_TOOL, now, WORKER, lock_token=again.lock_token, tool_call=call)
@@ -191,7 +186,7 @@ async def test_stale_tool_result_writes_nothing(
 ) -> None:
     """A tool result decided on an image read before another result was taken is refused by
     Tx.apply's guard; decided on the current row, the call is no longer awaited."""
-    task = await waiting_on_tool(rt, clock)
+    task = await waiting_on_tool(rt)
     now = clock.now()
     first = Request(Action.TOOL_RESULT, now, "runner-1", tool_call_id="c1", result=1)
     second = Request(Action.TOOL_RESULT, now, "runner-2", tool_call_id="c1", result=2)
