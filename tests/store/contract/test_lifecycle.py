@@ -40,14 +40,14 @@ async def test_open_migrates_and_data_outlives_close(
     assert await store.schema_version() == latest
     await store.pause("docs", "alice", "", clock.now())
     await store.close()
-    again = make_store(url)
-    await again.open()
+    reopened_store = make_store(url)
+    await reopened_store.open()
     try:
-        assert [p.task_type for p in await again.paused()] == ["docs"]
-        assert await again.migrate() == []
-        assert await again.schema_version() == latest
+        assert [p.task_type for p in await reopened_store.paused()] == ["docs"]
+        assert await reopened_store.migrate() == []
+        assert await reopened_store.schema_version() == latest
     finally:
-        await again.close()
+        await reopened_store.close()
 
 
 async def test_dialect_and_push_notifications_describe_the_backend(db_url: str) -> None:
