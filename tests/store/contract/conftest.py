@@ -22,7 +22,15 @@ import pytest
 from agentqueue import ManualClock
 from agentqueue.config import Settings
 from agentqueue.domain.models import Event, Task
-from agentqueue.domain.states import Action, BulkEvent, Request, TaskState, bulk_event, decide
+from agentqueue.domain.states import (
+    Action,
+    BulkEvent,
+    Refusal,
+    Request,
+    TaskState,
+    bulk_event,
+    decide,
+)
 from agentqueue.scheduler.steps import promote_due_retries, reclaim_lapsed
 from agentqueue.service.records import ADMITTER, new_record, stamp
 from agentqueue.service.runtime import Runtime
@@ -198,8 +206,8 @@ async def waiting_on_tool(
 def change(task: Task, request: Request) -> Change:
     """The guarded write of ``request`` decided on ``task`` as the caller sees it."""
     outcome = decide(task, request)
-    assert not hasattr(outcome, "kind"), outcome  # a Refusal: the test set up the wrong state
-    return stamp(task, outcome)  # type: ignore[arg-type]
+    assert not isinstance(outcome, Refusal), outcome  # the test set up the wrong state
+    return stamp(task, outcome)
 
 
 async def snapshot(store: Store, task_id: UUID) -> tuple[Task, list[Event]]:

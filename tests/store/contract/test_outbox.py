@@ -3,6 +3,7 @@ try, recorded; dead letters past retention found and purged under a guard."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime, timedelta
 
 from agentqueue import ManualClock
@@ -11,7 +12,7 @@ from agentqueue.domain.retention import RetentionPolicy, purge_event
 from agentqueue.domain.states import TaskState
 from agentqueue.service.runtime import Runtime
 from agentqueue.store import Store
-from agentqueue.store.base import DeliveryResult, OutboxItem, Purge
+from agentqueue.store.base import DeliveryResult, OutboxItem, OutboxRow, Purge
 from conftest import claimed, insert, lapse, snapshot
 
 
@@ -150,3 +151,50 @@ async def test_purge_deletes_a_dead_letter_and_its_output_and_ends_its_chain(
     events = await store.events(gone.id)
     assert len(events) == gone.event_seq + 1 and events[-1] == fresh.event
     assert await snapshot(store, kept.id) == before
+
+
+async def test_lease_outbox_skips_deliveries_another_transaction_holds(
+    store: Store, rt: Runtime, clock: ManualClock
+) -> None:
+    """Two deliverers leasing at once get different deliveries: a delivery leased in an open
+    transaction is skipped by the other (or, on SQLite, the other waits and finds it leased)."""
+    task = await insert(rt)
+    now = clock.now()
+    until = now + timedelta(seconds=60)
+    async with store.transaction() as tx:
+        await tx.enqueue_outbox([item(task, 1, now), item(task, 2, now)])
+
+    async def other_deliverer() -> list[OutboxRow]:
+        async with store.transaction() as tx:
+            return await tx.lease_outbox("alert", now, 1, until)
+
+    async with store.transaction() as tx:
+        [first] = await tx.lease_outbox("alert", now, 1, until)
+        other = asyncio.ensure_future(other_deliverer())
+        await asyncio.wait({other}, timeout=0.1 if store.dialect == "sqlite" else 5)
+    [second] = await asyncio.wait_for(other, timeout=10)
+    assert {first.event_seq, second.event_seq} == {1, 2}
+
+
+async def test_lock_expired_dead_letters_skips_ones_another_purger_holds(
+    store: Store, rt: Runtime, clock: ManualClock
+) -> None:
+    """Two purgers at once take different dead letters: one locked by an open transaction is
+    skipped (or, on SQLite, the other waits and finds it purged)."""
+    a = await dead_letter(rt, clock, worker="w1")
+    b = await dead_letter(rt, clock, worker="w2")
+    now = clock.now()
+    policy = RetentionPolicy(p0_days=0, days=0)
+
+    async def other_purger() -> list[Task]:
+        async with store.transaction() as tx:
+            return await tx.lock_expired_dead_letters(1, now, now)
+
+    async with store.transaction() as tx:
+        [first] = await tx.lock_expired_dead_letters(1, now, now)
+        other = asyncio.ensure_future(other_purger())
+        await asyncio.wait({other}, timeout=0.1 if store.dialect == "sqlite" else 5)
+        purge = Purge(first.id, first.event_seq, purge_event(first, now, policy, "scheduler"))
+        assert await tx.purge([purge]) == {first.id}
+    [second] = await asyncio.wait_for(other, timeout=10)
+    assert first.id == a.id and second.id == b.id

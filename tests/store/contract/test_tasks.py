@@ -589,3 +589,23 @@ async def test_lock_dependents_ready_finds_tasks_whose_dependencies_settled(
         ready = await tx.lock_dependents_ready(10)
         assert [t.id for t in ready] == [waits_done.id, waits_cancelled.id]
         assert [t.id for t in await tx.lock_dependents_ready(1)] == [waits_done.id]
+
+
+async def test_claim_never_takes_a_task_a_transaction_holds(
+    store: Store, rt: Runtime, clock: ManualClock
+) -> None:
+    """claim passes over a task another transaction has locked and takes the next: PostgreSQL
+    skips the locked row without waiting; SQLite, one writer at a time, claims once that
+    transaction has ended (here having cancelled the task)."""
+    held = await insert(rt, admitted=True)
+    other = await insert(rt, admitted=True)
+    now = clock.now()
+    async with store.transaction() as tx:
+        [locked] = await tx.lock([held.id])
+        claiming = asyncio.ensure_future(claim(store, 1, now))
+        done, _ = await asyncio.wait({claiming}, timeout=0.1 if store.dialect == "sqlite" else 5)
+        if store.dialect != "sqlite":
+            assert done, "claim waited for a task another transaction holds instead of skipping it"
+        await tx.apply([change(locked, Request(Action.CANCEL, now, actor="alice"))])
+    got = await asyncio.wait_for(claiming, timeout=10)
+    assert [t.id for t in got] == [other.id]
