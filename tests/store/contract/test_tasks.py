@@ -609,3 +609,58 @@ async def test_claim_never_takes_a_task_a_transaction_holds(
         await tx.apply([change(locked, Request(Action.CANCEL, now, actor="alice"))])
     got = await asyncio.wait_for(claiming, timeout=10)
     assert [t.id for t in got] == [other.id]
+
+
+# --- JSON fidelity (backend drift found by this suite) ---------------------------------------
+
+PG_FLOAT_DRIFT = (
+    "PostgreSQL drift: payloads travel through jsonb/numeric, so 1e300 comes back as the int "
+    "10**300 (and -0.0 as 0.0); SQLite keeps the JSON text as sent"
+)
+PG_NUL_DRIFT = (
+    "PostgreSQL drift: jsonb cannot hold \\u0000, so a payload or result with a NUL character "
+    "raises the driver's UntranslatableCharacter (unclassified) instead of being kept or refused "
+    "as InvalidInput; SQLite keeps it, and on PostgreSQL one such result fails the whole complete "
+    "batch"
+)
+
+
+def drift_on_postgres(request: pytest.FixtureRequest, store: Store, reason: str) -> None:
+    """Mark the PostgreSQL run of this test as a known, strict failure."""
+    if store.dialect == "postgres":
+        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
+
+
+async def test_payload_numbers_round_trip_unchanged(
+    store: Store, rt: Runtime, request: pytest.FixtureRequest
+) -> None:
+    """A payload's numbers are read back as they were written: type and value."""
+    drift_on_postgres(request, store, PG_FLOAT_DRIFT)
+    payload = {"big": 2**70, "huge": 1e300, "tiny": 1.5e-7, "neg_zero": -0.0}
+    task = await insert(rt, payload=payload)
+    [got] = await store.get_tasks([task.id])
+    assert {k: (type(v), repr(v)) for k, v in got.payload.items()} == {
+        k: (type(v), repr(v)) for k, v in payload.items()
+    }, "the stored payload differs from the one submitted"
+
+
+async def test_payload_and_result_with_a_nul_character_are_kept(
+    store: Store, rt: Runtime, clock: ManualClock, request: pytest.FixtureRequest
+) -> None:
+    """Text with a NUL character in a payload or a result is kept like any other JSON string
+    (the domain accepts it), and one such result does not stop the rest of a complete batch."""
+    drift_on_postgres(request, store, PG_NUL_DRIFT)
+    task = await insert(rt, payload={"text": "a\u0000b"})
+    [got] = await store.get_tasks([task.id])
+    assert got.payload == {"text": "a\u0000b"}
+    odd, plain = await claimed(rt), await claimed(rt, worker="worker-2")
+    assert odd.lock_token and plain.lock_token
+    now = clock.now()
+    heads = await store.complete(
+        [(odd.id, odd.lock_token, "x\u0000y"), (plain.id, plain.lock_token, "ok")],
+        now,
+        bulk_event(Action.COMPLETE, now, WORKER),
+    )
+    assert set(heads) == {odd.id, plain.id}
+    [done] = await store.get_tasks([odd.id])
+    assert done.result == "x\u0000y"
