@@ -140,7 +140,7 @@ async def test_admission_candidates_per_tenant_and_level_with_skips(
     skipped types unless the task names an assignee or is P0."""
     now = clock.now()
     a = [await insert(rt, tenant="a", priority=2) for _ in range(3)]
-    a_p1 = await insert(rt, tenant="a", priority=1)
+    a_p1 = await insert(rt, tenant="a", priority=1, labels=["l1", "l2"], assignee="bob")
     await insert(rt, tenant="a", run_after=now + timedelta(seconds=60))
     await insert(rt, tenant="a", task_type="docs")
     b = await insert(rt, tenant="b")
@@ -159,6 +159,7 @@ async def test_admission_candidates_per_tenant_and_level_with_skips(
             a_p1.seq,
         )
         assert cand.eligible_at == a_p1.eligible_at and cand.kind == "task"
+        assert (cand.labels, cand.assignee) == (("l1", "l2"), "bob")
         skipped = await admission_candidates(tx, now, ["d"], 5, skip_types=["full"])
         assert sorted(c.id for c in skipped) == sorted([named.id, urgent.id])
         assert full.id not in {c.id for c in skipped}
