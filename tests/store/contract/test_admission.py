@@ -12,7 +12,8 @@ from agentqueue.domain.states import Action, TaskState, bulk_event
 from agentqueue.service.runtime import Runtime
 from agentqueue.store import Store
 from agentqueue.store.base import Bucket, LoadRow
-from conftest import (
+
+from .conftest import (
     admission_candidates,
     admit,
     admit_next,

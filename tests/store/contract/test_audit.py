@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from agentqueue.service.runtime import Runtime
 from agentqueue.store import Store
-from conftest import build, claimed, insert
+
+from .conftest import build, claimed, insert
 
 
 async def test_audit_snapshot_streams_heads_by_id_and_events_by_task_and_seq(

@@ -12,7 +12,8 @@ from agentqueue.domain.states import Action, Request, TaskState, bulk_event
 from agentqueue.service.runtime import Runtime
 from agentqueue.service.submit import submit_many
 from agentqueue.store import DedupKey, Store
-from conftest import WORKER, build, change, claimed, insert
+
+from .conftest import WORKER, build, change, claimed, insert
 
 SOURCE = {"source": "issue", "source_id": "octo/repo#12"}
 KEY = DedupKey("default", None, "issue", "octo/repo#12")

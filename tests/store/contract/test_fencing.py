@@ -29,7 +29,8 @@ from agentqueue.domain.states import (
 )
 from agentqueue.service.runtime import Runtime
 from agentqueue.store import Lease, Store
-from conftest import (
+
+from .conftest import (
     GRACE,
     LEASE_TTL,
     WORKER,

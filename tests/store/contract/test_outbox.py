@@ -13,7 +13,8 @@ from agentqueue.domain.states import TaskState
 from agentqueue.service.runtime import Runtime
 from agentqueue.store import Store
 from agentqueue.store.base import DeliveryResult, OutboxItem, OutboxRow, Purge
-from conftest import claimed, insert, lapse, snapshot
+
+from .conftest import claimed, insert, lapse, snapshot
 
 
 def item(task: Task, seq: int, at: datetime, kind: str = "alert") -> OutboxItem:

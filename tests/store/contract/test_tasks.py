@@ -25,7 +25,8 @@ from agentqueue.store.base import (
     Notice,
     WorkHints,
 )
-from conftest import (
+
+from .conftest import (
     GRACE,
     LEASE_TTL,
     WORKER,

@@ -9,7 +9,8 @@ from agentqueue import ManualClock
 from agentqueue.domain.states import TOOL_RUNNING, Action, Request, TaskState
 from agentqueue.service.runtime import Runtime
 from agentqueue.store import Store
-from conftest import change, snapshot, waiting_on_tool
+
+from .conftest import change, snapshot, waiting_on_tool
 
 
 async def test_lock_tool_timeouts_returns_calls_past_their_deadline(
