@@ -1,0 +1,249 @@
+"""Contract of admission (R4, R11, R12): the set-wise ADMIT, and the counted, serialised
+admission under limits inside a transaction (candidates, loads, rate buckets, chosen ids)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import timedelta
+
+from agentqueue import ManualClock
+from agentqueue.domain.states import Action, TaskState, bulk_event
+from agentqueue.service.runtime import Runtime
+from agentqueue.store import Store
+from agentqueue.store.base import Bucket, LoadRow
+
+from .conftest import (
+    admission_candidates,
+    admit,
+    admit_next,
+    claim,
+    insert,
+)
+
+
+async def test_admit_queues_the_best_due_pending_tasks_in_order(
+    store: Store, rt: Runtime, clock: ManualClock
+) -> None:
+    """admit takes up to ``limit`` due pending tasks, P0 first then priority then age,
+    returns their ids in that order and writes each one's admit event; tasks not yet due or
+    of a paused type stay pending."""
+    low = await insert(rt, priority=3)
+    high = await insert(rt, priority=1)
+    p0 = await insert(rt, priority=0, idempotency_key="urgent")
+    later = await insert(rt, run_after=clock.now() + timedelta(seconds=60))
+    paused = await insert(rt, task_type="docs")
+    await insert(rt, admitted=True)
+    now = clock.now()
+    assert await admit(store, 2, now, paused=["docs"]) == [p0.id, high.id]
+    assert await admit(store, 10, now, paused=["docs"]) == [low.id]
+    states = {t.id: t.state for t in await store.get_tasks([later.id, paused.id, p0.id])}
+    assert states == {
+        later.id: TaskState.PENDING,
+        paused.id: TaskState.PENDING,
+        p0.id: TaskState.QUEUED,
+    }
+    last = (await store.events(p0.id))[-1]
+    assert (last.action, last.actor, last.to_state) == ("admit", "scheduler", TaskState.QUEUED)
+    [t] = await store.get_tasks([p0.id])
+    assert t.last_hash == last.hash and t.event_seq == last.seq == 2
+    assert await admit(store, 10, now + timedelta(seconds=60)) == [paused.id, later.id]
+    assert await admit(store, 10, now + timedelta(seconds=60)) == []
+
+
+async def test_lock_admission_serialises_admitting_transactions(store: Store) -> None:
+    """A transaction taking the admission turn waits until the one holding it has committed."""
+    order: list[str] = []
+
+    async def second() -> None:
+        async with store.transaction() as tx:
+            await tx.lock_admission()
+            order.append("second")
+
+    async with store.transaction() as tx:
+        await tx.lock_admission()
+        waiting = asyncio.ensure_future(second())
+        await asyncio.sleep(0.2)
+        order.append("first")
+    await asyncio.wait_for(waiting, timeout=10)
+    assert order == ["first", "second"]
+
+
+async def test_active_count_counts_queued_and_executing(store: Store, rt: Runtime) -> None:
+    """Tx.active_count counts admitted work: queued and executing tasks, nothing else."""
+    async with store.transaction() as tx:
+        assert await tx.active_count() == 0
+    await insert(rt)
+    await insert(rt, admitted=True)
+    await insert(rt, admitted=True, task_type="run")
+    await claim(store, 1, rt.clock.now(), task_types=["run"])
+    async with store.transaction() as tx:
+        assert await tx.active_count() == 2
+
+
+async def test_pending_tenants_lists_tenants_with_pending_work(store: Store, rt: Runtime) -> None:
+    """Tx.pending_tenants returns each tenant with pending tasks once, up to the limit."""
+    await insert(rt, tenant="b")
+    await insert(rt, tenant="a")
+    await insert(rt, tenant="a")
+    await insert(rt, tenant="c", admitted=True)
+    async with store.transaction() as tx:
+        assert sorted(await tx.pending_tenants(10)) == ["a", "b"]
+        assert len(await tx.pending_tenants(1)) == 1
+        assert await tx.pending_tenants(0) == []
+
+
+async def test_admit_next_admits_inside_the_transaction(
+    store: Store, rt: Runtime, clock: ManualClock
+) -> None:
+    """Tx.admit_next admits like Store.admit (best first, limit, paused left out) and its
+    writes roll back with the transaction."""
+    low = await insert(rt, priority=3)
+    high = await insert(rt, priority=1)
+    await insert(rt, task_type="docs")
+    now = clock.now()
+    try:
+        async with store.transaction() as tx:
+            assert await admit_next(tx, 10, now, paused=["docs"]) == [high.id, low.id]
+            raise LookupError
+    except LookupError:
+        pass
+    assert await store.count_by_state() == {TaskState.PENDING: 3}
+    async with store.transaction() as tx:
+        assert await admit_next(tx, 1, now, paused=["docs"]) == [high.id]
+    [t] = await store.get_tasks([high.id])
+    assert t.state is TaskState.QUEUED and len(await store.events(high.id)) == 2
+
+
+async def test_active_load_groups_admitted_work_by_tenant_and_agent(
+    store: Store, rt: Runtime, clock: ManualClock
+) -> None:
+    """Tx.active_load counts queued and executing tasks per (tenant, agent)."""
+    async with store.transaction() as tx:
+        assert await tx.active_load() == []
+    a1 = await insert(rt, tenant="a")
+    a2 = await insert(rt, tenant="a")
+    await insert(rt, tenant="a", admitted=True)
+    await insert(rt, tenant="b")
+    now = clock.now()
+    async with store.transaction() as tx:
+        event = bulk_event(Action.ADMIT, now, "s", "alice")
+        assert set(await tx.admit_ids([a1.id, a2.id], now, event, "alice")) == {a1.id, a2.id}
+        load = sorted(await tx.active_load(), key=lambda r: (r.tenant, r.agent or ""))
+    assert load == [LoadRow("a", None, 1), LoadRow("a", "alice", 2)]
+
+
+async def test_admission_candidates_per_tenant_and_level_with_skips(
+    store: Store, rt: Runtime, clock: ManualClock
+) -> None:
+    """Tx.admission_candidates returns up to ``per_tenant`` due pending tasks of each priority
+    level of the named tenants, oldest first within a level; paused types are left out, and
+    skipped types unless the task names an assignee or is P0."""
+    now = clock.now()
+    a = [await insert(rt, tenant="a", priority=2) for _ in range(3)]
+    a_p1 = await insert(rt, tenant="a", priority=1, labels=["l1", "l2"], assignee="bob")
+    await insert(rt, tenant="a", run_after=now + timedelta(seconds=60))
+    await insert(rt, tenant="a", task_type="docs")
+    b = await insert(rt, tenant="b")
+    await insert(rt, tenant="c")
+    full = await insert(rt, tenant="d", task_type="full")
+    named = await insert(rt, tenant="d", task_type="full", assignee="alice")
+    urgent = await insert(rt, tenant="d", task_type="full", priority=0, idempotency_key="u")
+    async with store.transaction() as tx:
+        got = await admission_candidates(tx, now, ["a", "b"], 2, paused=["docs"])
+        assert sorted(c.id for c in got) == sorted([a[0].id, a[1].id, a_p1.id, b.id])
+        [cand] = [c for c in got if c.id == a_p1.id]
+        assert (cand.tenant, cand.task_type, cand.priority, cand.seq) == (
+            "a",
+            "bugfix",
+            1,
+            a_p1.seq,
+        )
+        assert cand.eligible_at == a_p1.eligible_at and cand.kind == "task"
+        assert (cand.labels, cand.assignee) == (("l1", "l2"), "bob")
+        skipped = await admission_candidates(tx, now, ["d"], 5, skip_types=["full"])
+        assert sorted(c.id for c in skipped) == sorted([named.id, urgent.id])
+        assert full.id not in {c.id for c in skipped}
+        assert await admission_candidates(tx, now, [], 5) == []
+
+
+async def test_rate_buckets_round_trip_and_unknown_ones_are_absent(
+    store: Store, clock: ManualClock
+) -> None:
+    """Tx.save_rate_buckets stores buckets (overwriting earlier ones); Tx.rate_buckets returns
+    the stored ones among the names asked for."""
+    now = clock.now()
+    async with store.transaction() as tx:
+        assert await tx.rate_buckets(["x"]) == {}
+        await tx.save_rate_buckets({"x": Bucket(2.5, now), "y": Bucket(0.0, now)})
+        await tx.save_rate_buckets({})
+    later = now + timedelta(seconds=3)
+    async with store.transaction() as tx:
+        await tx.save_rate_buckets({"x": Bucket(1.25, later)})
+    async with store.transaction() as tx:
+        got = await tx.rate_buckets(["x", "y", "z"])
+        assert got == {"x": Bucket(1.25, later), "y": Bucket(0.0, now)}
+        assert await tx.rate_buckets([]) == {}
+
+
+async def test_admit_ids_admits_only_pending_due_tasks_with_the_agent(
+    store: Store, rt: Runtime, clock: ManualClock
+) -> None:
+    """Tx.admit_ids queues the ids still pending and due, recording the routed agent on the
+    row and in the event; others (queued, not due, unknown) are left out."""
+    now = clock.now()
+    due = await insert(rt)
+    queued = await insert(rt, admitted=True)
+    later = await insert(rt, run_after=now + timedelta(seconds=60))
+    event = bulk_event(Action.ADMIT, now, "scheduler", "alice")
+    async with store.transaction() as tx:
+        ids = [due.id, queued.id, later.id, uuid.uuid4()]
+        assert await tx.admit_ids(ids, now, event, "alice") == [due.id]
+        assert await tx.admit_ids([], now, event) == []
+    [t] = await store.get_tasks([due.id])
+    assert t.state is TaskState.QUEUED and t.agent == "alice"
+    last = (await store.events(due.id))[-1]
+    assert last.data == {"agent": "alice"} and last.hash == t.last_hash
+    assert len(await store.events(queued.id)) == 2
+
+
+async def test_preemptible_counts_long_running_low_priority_work_by_agent(
+    store: Store, rt: Runtime, clock: ManualClock
+) -> None:
+    """Tx.preemptible counts executing tasks routed to an agent, of at least ``min_priority``,
+    started no later than ``before``."""
+    start = clock.now()
+    for priority in (3, 3, 1):
+        task = await insert(rt, priority=priority, task_type="run")
+        async with store.transaction() as tx:
+            event = bulk_event(Action.ADMIT, start, "s", "alice")
+            await tx.admit_ids([task.id], start, event, "alice")
+    await insert(rt, admitted=True, task_type="run")  # no agent: never counted
+    await claim(store, 10, start, agents=["alice"])
+    async with store.transaction() as tx:
+        assert await tx.preemptible(start, 2) == {"alice": 2}
+        assert await tx.preemptible(start, 1) == {"alice": 3}
+        assert await tx.preemptible(start - timedelta(seconds=1), 1) == {}
+
+
+async def test_note_waiting_records_why_and_sets_pending_tasks_aside(
+    store: Store, rt: Runtime, clock: ManualClock
+) -> None:
+    """Tx.note_waiting sets a pending task's state_reason without a state change or event and
+    keeps it out of admission_candidates until ``until``; a task no longer pending is left as
+    it is."""
+    now = clock.now()
+    parked = await insert(rt)
+    queued = await insert(rt, admitted=True)
+    until = now + timedelta(seconds=30)
+    async with store.transaction() as tx:
+        await tx.note_waiting({parked.id: "no agent serves bugfix", queued.id: "x"}, until)
+        await tx.note_waiting({}, until)
+    [p, q] = sorted(await store.get_tasks([parked.id, queued.id]), key=lambda t: t.seq)
+    assert p.state is TaskState.PENDING and p.state_reason == "no agent serves bugfix"
+    assert p.event_seq == 1 and len(await store.events(parked.id)) == 1
+    assert q.state_reason is None
+    async with store.transaction() as tx:
+        assert await admission_candidates(tx, now, ["default"], 5) == []
+        back = await admission_candidates(tx, until, ["default"], 5)
+        assert [c.id for c in back] == [parked.id]

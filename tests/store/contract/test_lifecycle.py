@@ -1,0 +1,61 @@
+"""Contract of a store's life: opening (with or without migrating), migrations applied once in
+order, the schema version, what the backend is, and closing."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from agentqueue import ManualClock
+from agentqueue.store import make_store
+from agentqueue.store.migrate import available
+
+
+async def test_open_without_migrating_then_migrate_applies_every_version_once(
+    fresh_db_urls: Callable[[], str],
+) -> None:
+    """On a new database open(migrate=False) leaves the schema at version 0; migrate applies
+    every shipped migration in order and returns their versions; a second migrate applies
+    none."""
+    store = make_store(fresh_db_urls())
+    await store.open(migrate=False)
+    try:
+        shipped = [m.version for m in available(store.dialect)]
+        assert await store.schema_version() == 0
+        assert await store.migrate() == shipped
+        assert await store.schema_version() == shipped[-1]
+        assert await store.migrate() == []
+    finally:
+        await store.close()
+
+
+async def test_open_migrates_and_data_outlives_close(
+    fresh_db_urls: Callable[[], str], clock: ManualClock
+) -> None:
+    """open() migrates a new database to the latest version; what was written before close is
+    there after opening again, and reopening migrates nothing more."""
+    url = fresh_db_urls()
+    store = make_store(url)
+    await store.open()
+    latest = available(store.dialect)[-1].version
+    assert await store.schema_version() == latest
+    await store.pause("docs", "alice", "", clock.now())
+    await store.close()
+    reopened_store = make_store(url)
+    await reopened_store.open()
+    try:
+        assert [p.task_type for p in await reopened_store.paused()] == ["docs"]
+        assert await reopened_store.migrate() == []
+        assert await reopened_store.schema_version() == latest
+    finally:
+        await reopened_store.close()
+
+
+async def test_dialect_and_push_notifications_describe_the_backend(db_url: str) -> None:
+    """dialect names the backend; only PostgreSQL pushes notices to listeners."""
+    store = make_store(db_url)
+    await store.open()
+    try:
+        expected = ("sqlite", False) if db_url.startswith("sqlite:") else ("postgres", True)
+        assert (store.dialect, store.push_notifications) == expected
+    finally:
+        await store.close()
