@@ -37,7 +37,7 @@ from agentqueue.service.runtime import Runtime
 from agentqueue.service.submit import build_task
 from agentqueue.spec import parse_specs
 from agentqueue.store import Change, NewTask, Store, Tx, make_store
-from agentqueue.store.base import Candidate
+from agentqueue.store.base import AdmitParams, Candidate, CandidateQuery, ClaimParams
 
 _QUEUE = Settings().queue
 LEASE_TTL = _QUEUE.lease_ttl_secs
@@ -86,7 +86,7 @@ async def claim(
     """``Store.claim``; the event defaults to a CLAIM by ``worker`` at ``now``."""
     event = event or bulk_event(Action.CLAIM, now, worker)
     return await store.claim(
-        limit, task_types, now, aging_secs, ttl_secs, grace_secs, event, paused, agents
+        ClaimParams(limit, now, event, aging_secs, ttl_secs, grace_secs, task_types, paused, agents)
     )
 
 
@@ -101,7 +101,7 @@ async def admit(
 ) -> list[UUID]:
     """``Store.admit``; the event defaults to an ADMIT by the scheduler at ``now``."""
     event = event or bulk_event(Action.ADMIT, now, ADMITTER)
-    return await store.admit(limit, now, aging_secs, event, paused)
+    return await store.admit(AdmitParams(limit, now, aging_secs, event, paused))
 
 
 async def admit_next(
@@ -115,7 +115,7 @@ async def admit_next(
 ) -> list[UUID]:
     """``Tx.admit_next``; the event defaults to an ADMIT by the scheduler at ``now``."""
     event = event or bulk_event(Action.ADMIT, now, ADMITTER)
-    return await tx.admit_next(limit, now, aging_secs, event, paused)
+    return await tx.admit_next(AdmitParams(limit, now, aging_secs, event, paused))
 
 
 async def admission_candidates(
@@ -128,7 +128,9 @@ async def admission_candidates(
     paused: Sequence[str] = (),
 ) -> list[Candidate]:
     """``Tx.admission_candidates``."""
-    return await tx.admission_candidates(now, tenants, per_tenant, skip_types, paused)
+    return await tx.admission_candidates(
+        CandidateQuery(now, tenants, per_tenant, skip_types, paused)
+    )
 
 
 # --- builders --------------------------------------------------------------------------------

@@ -3,11 +3,15 @@ order, the schema version, what the backend is, and closing."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 from agentqueue import ManualClock
-from agentqueue.store import make_store
+from agentqueue.service.runtime import Runtime
+from agentqueue.store import Store, make_store
 from agentqueue.store.migrate import available
+
+from .conftest import insert
 
 
 async def test_open_without_migrating_then_migrate_applies_every_version_once(
@@ -59,3 +63,22 @@ async def test_dialect_and_push_notifications_describe_the_backend(db_url: str) 
         assert (store.dialect, store.push_notifications) == expected
     finally:
         await store.close()
+
+
+async def test_commits_counts_write_transactions_and_not_reads(store: Store, rt: Runtime) -> None:
+    """``commits`` goes up by one for each committed write (a one-shot command that met a lock
+    is run again only while it is still zero), and not for reads or a rolled-back
+    transaction."""
+    before = store.commits
+    await store.get_tasks([])
+    await store.count_by_state()
+    assert store.commits == before
+    await insert(rt)
+    assert store.commits == before + 1
+    with contextlib.suppress(RuntimeError):
+        async with store.transaction():
+            raise RuntimeError("rolled back")
+    assert store.commits == before + 1
+    async with store.transaction() as tx:
+        await tx.lock([])
+    assert store.commits == before + 2
