@@ -440,12 +440,6 @@ async def test_heartbeat_extends_held_leases_up_to_the_deadline(
     assert await store.heartbeat([], clock.now(), LEASE_TTL, GRACE) == set()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="store bug (both backends): past the attempt deadline plus grace, heartbeat cannot "
-    "extend the lease (it writes a lease_expires_at already in the past) yet reports it held, "
-    "while Tx.lock_lapsed at the same instant returns the task as lapsed",
-)
 async def test_heartbeat_past_the_attempt_deadline_reports_the_lease_lost(
     store: Store, rt: Runtime, clock: ManualClock
 ) -> None:
@@ -536,20 +530,9 @@ async def test_hot_writes_wake_the_listeners_they_promise(
         await waiting
 
 
-async def test_listen_hears_a_commit_made_before_the_first_wait(
-    store: Store, rt: Runtime, request: pytest.FixtureRequest
-) -> None:
+async def test_listen_hears_a_commit_made_before_the_first_wait(store: Store, rt: Runtime) -> None:
     """A commit made after listen() opened but before the listener first waits is still heard
     (else a worker that opens listen, looks for work, then waits can miss a wake-up)."""
-    if store.dialect == "sqlite":
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="SQLite store bug: listen() reads PRAGMA data_version only when the "
-                "iterator is first awaited, so commits between opening listen and the first "
-                "wait are lost (a lost wake-up); PostgreSQL LISTENs on entry and keeps them",
-            )
-        )
     async with store.listen([CHANNEL_PENDING]) as notices:
         await insert(rt)
         notice = await asyncio.wait_for(anext(notices), timeout=3)

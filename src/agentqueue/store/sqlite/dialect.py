@@ -303,9 +303,17 @@ class SQLiteDialect:
             except sqlite3.Error as exc:
                 raise from_sqlite(exc) from exc
 
+        # The baseline is read now, not at the first wait: a commit in between is heard.
+        try:
+            first = version()
+        except BaseException:
+            conn.close()
+            raise
+        own_at_open, renewals_at_open = self._own_commits, self._lease_commits
+
         async def notices() -> AsyncIterator[Notice]:
-            last = version()
-            own, renewals = self._own_commits, self._lease_commits
+            last = first
+            own, renewals = own_at_open, renewals_at_open
             loop = asyncio.get_running_loop()
             changed_at = loop.time()
             while True:

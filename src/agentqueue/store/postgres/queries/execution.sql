@@ -4,7 +4,7 @@
 -- to the same result), and extend each task's audit chain with aq_event_hash().
 
 -- name: heartbeat
--- Extend the leases whose token still holds; returns their ids.
+-- Extend the leases whose token still holds, short of the attempt's deadline plus grace; returns their ids.
 UPDATE aq_tasks t SET
     heartbeat_at = %(now)s,
     lease_expires_at = LEAST(
@@ -12,6 +12,8 @@ UPDATE aq_tasks t SET
         t.locked_at + make_interval(secs => t.timeout_secs + %(grace_secs)s))
 FROM json_to_recordset(%(rows)s::json) AS v(id uuid, token uuid)
 WHERE t.id = v.id AND t.lock_token = v.token AND t.state = 'executing'
+  -- Past its deadline plus grace an attempt's lease cannot be extended: not held.
+  AND t.locked_at + make_interval(secs => t.timeout_secs + %(grace_secs)s) > %(now)s
 RETURNING t.id
 
 -- name: claim

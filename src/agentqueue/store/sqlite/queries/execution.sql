@@ -7,7 +7,7 @@
 -- ids is followed, in the same step, by its *_events statement over those ids (:written).
 
 -- name: heartbeat
--- Extend the leases whose token still holds; returns their ids.
+-- Extend the leases whose token still holds, short of the attempt's deadline plus grace; returns their ids.
 UPDATE aq_tasks SET
     heartbeat_at = :now,
     lease_expires_at = min(:now + :ttl_us, locked_at + timeout_secs * 1000000 + :grace_us)
@@ -15,6 +15,8 @@ FROM json_each(:rows) AS r
 WHERE aq_tasks.id = r.value ->> 'id'
   AND aq_tasks.lock_token = r.value ->> 'token'
   AND +aq_tasks.state = 'executing'  -- unary +: look rows up by id, not by state
+  -- Past its deadline plus grace an attempt's lease cannot be extended: not held.
+  AND aq_tasks.locked_at + aq_tasks.timeout_secs * 1000000 + :grace_us > :now
 RETURNING aq_tasks.id
 
 -- name: claim
