@@ -324,11 +324,15 @@ class PostgresStore:
 
     def __init__(self, url: str, *, min_size: int = 1, max_size: int = 10) -> None:
         self._url = url
-        self._pool: AsyncConnectionPool[psycopg.AsyncConnection[DictRow]] = AsyncConnectionPool(
-            url,
+        self._sizes = (min_size, max_size)
+        self._pool = self._new_pool()
+
+    def _new_pool(self) -> AsyncConnectionPool[psycopg.AsyncConnection[DictRow]]:
+        return AsyncConnectionPool(
+            self._url,
             connection_class=psycopg.AsyncConnection[DictRow],
-            min_size=min_size,
-            max_size=max_size,
+            min_size=self._sizes[0],
+            max_size=self._sizes[1],
             open=False,
             kwargs={"row_factory": dict_row, "autocommit": True, "options": "-c TimeZone=UTC"},
             name="agentqueue",
@@ -336,7 +340,10 @@ class PostgresStore:
 
     async def open(self, *, migrate: bool = True, wait_secs: float = 15.0) -> None:
         """Connect and migrate. A permanent fault (no such database, a wrong password, a bad
-        option) fails at once; a passing one is tried again for up to ``wait_secs``."""
+        option) fails at once; a passing one is tried again for up to ``wait_secs``, and
+        raised as StoreUnavailable after that (calling ``open`` again tries afresh)."""
+        if self._pool.closed:
+            self._pool = self._new_pool()  # a pool once closed cannot be opened again
         passing = await self._probe()
         try:
             await self._pool.open(wait=True, timeout=wait_secs)
