@@ -20,7 +20,7 @@ from typing import Any, NoReturn, TypeVar
 import click
 
 from . import __version__
-from .domain.errors import AgentQueueError, InvalidInput, NotFound
+from .domain.errors import AgentQueueError, InvalidInput, NotFound, StoreUnavailable
 from .domain.models import Event, Task
 from .domain.priority import priority_name
 from .domain.states import TaskState
@@ -653,19 +653,21 @@ def _run_worker(
 
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, on_signal)
-        watcher = asyncio.create_task(_stop_when_idle(queue, worker)) if until_idle else None
-        try:
-            await worker.run()
-        finally:
-            if watcher is not None:
-                watcher.cancel()
+        if until_idle:
+            worker.jobs.start(_stop_when_idle(queue, worker), "agentqueue-until-idle")
+        await worker.run()
 
     async def _stop_when_idle(queue: AsyncQueue, worker: Any) -> None:
         quiet = 0
         await worker.started.wait()
         while True:
             await asyncio.sleep(0.5)
-            quiet = quiet + 1 if await queue.work_left() == 0 else 0
+            try:
+                left = await queue.work_left()
+            except StoreUnavailable:  # the worker's own loops report the outage
+                quiet = 0
+                continue
+            quiet = quiet + 1 if left == 0 else 0
             if quiet >= 2:
                 worker.stop()
                 return
@@ -730,7 +732,8 @@ def scheduler(ctx: click.Context, holder: str | None) -> None:
     )
 
     async def go(queue: AsyncQueue) -> None:
-        await queue.open()
+        # run_scheduler waits for a database that is away at start (a misconfigured one
+        # fails at once); a scheduler loop that dies ends it with LoopFailed: exit 1.
         job = asyncio.create_task(queue.run_scheduler(holder=holder))
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

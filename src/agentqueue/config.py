@@ -256,6 +256,9 @@ class WorkerSettings(_Section):
     handles another)."""
     flushes_in_flight: int = Field(default=2, ge=1, le=64)
     """Batches of outcomes a worker writes at once."""
+    lease_guard: float = Field(default=0.8, gt=0, lt=1)
+    """Heartbeats failing for this fraction of ``[queue] lease_ttl_secs``: the worker stops its
+    running attempts (recording no outcome) before their leases lapse."""
     workdir: str | None = None
 
 
