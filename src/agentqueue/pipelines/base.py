@@ -1,0 +1,176 @@
+"""The Pipeline protocol (R14): what differs between kinds of work, and nothing else.
+
+Everything a task goes through that is the same for every kind (storage, the state machine,
+admission's caps and rate limits, workers, executors) is shared. What differs is asked of the
+task's pipeline at four points:
+
+- at submit: what to refuse (:meth:`Pipeline.problems`), whether one submission becomes several
+  deliveries (:meth:`Pipeline.expand`, broadcast) and what holds the new task in blocked
+  (:meth:`Pipeline.hold_new`);
+- when the dependency step releases a task: what holds it next (:meth:`Pipeline.hold_released`);
+- at admission: which agent runs it, or why none can (:meth:`Pipeline.route`).
+
+Nothing outside this package looks at a task's kind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from ..config import Settings
+from ..domain.errors import FieldProblem
+from ..domain.guardrails import Guardrail
+from ..domain.models import Task
+from ..spec import TaskSpec
+
+
+class Routable(Protocol):
+    """What routing reads of a task (a Task, or a pending Candidate)."""
+
+    @property
+    def task_type(self) -> str: ...
+    @property
+    def assignee(self) -> str | None: ...
+    @property
+    def labels(self) -> tuple[str, ...]: ...
+
+
+@dataclass(frozen=True)
+class Hold:
+    """Why a task waits in blocked: ``hold`` (``dependencies`` or ``approval``), the reason
+    shown, and the guardrail that asked for approval, if one did."""
+
+    hold: str
+    reason: str
+    rule: str | None = None
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where admission may send a task.
+
+    ``agents`` non-empty: one of these (admission takes the least loaded with room);
+    ``agents`` None: no agent (any executor serving the task's type, a Python handler);
+    ``agents`` empty: nowhere yet, and ``reason`` says why (the task waits in pending).
+    """
+
+    agents: tuple[str, ...] | None
+    reason: str = ""
+
+    @classmethod
+    def to(cls, *agents: str) -> Route:
+        """To one of ``agents``."""
+        return cls(tuple(agents))
+
+    @classmethod
+    def unrouted(cls) -> Route:
+        """To whoever serves the task's type (no agent is configured for it)."""
+        return cls(None)
+
+    @classmethod
+    def wait(cls, reason: str) -> Route:
+        """Nowhere: no eligible agent."""
+        return cls((), reason)
+
+
+@dataclass(frozen=True)
+class AgentProfile:
+    """An agent as routing sees it: its capabilities and its cap."""
+
+    name: str
+    task_types: frozenset[str]
+    labels: frozenset[str]
+    max_concurrent: int
+
+
+@dataclass(frozen=True)
+class AgentBook:
+    """The configured agents, in configuration order."""
+
+    agents: tuple[AgentProfile, ...]
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> AgentBook:
+        """The agents ``settings`` configure."""
+        return cls(
+            tuple(
+                AgentProfile(name, frozenset(a.task_types), frozenset(a.labels), a.max_concurrent)
+                for name, a in settings.agents.items()
+            )
+        )
+
+    @property
+    def routing(self) -> bool:
+        """Whether there is anyone to route to (no agents: every task is unrouted)."""
+        return bool(self.agents)
+
+    def get(self, name: str) -> AgentProfile | None:
+        """The agent called ``name``."""
+        return next((a for a in self.agents if a.name == name), None)
+
+    def serving(self, task_type: str) -> list[AgentProfile]:
+        """Agents that declare ``task_type``."""
+        return [a for a in self.agents if task_type in a.task_types]
+
+    def capable(self, task_type: str, labels: Sequence[str]) -> list[AgentProfile]:
+        """Agents that declare ``task_type`` and every one of ``labels``."""
+        return [a for a in self.serving(task_type) if a.labels.issuperset(labels)]
+
+    def named(self, task: Routable, role: str) -> Route:
+        """To the agent ``task.assignee`` names (its ``role``: assignee, recipient), if it is
+        configured and takes the task's type and labels; else wait, saying why."""
+        name = task.assignee
+        agent = self.get(name) if name is not None else None
+        if agent is None:
+            return Route.wait(f"{role} {name!r} is not a configured agent")
+        if task.task_type not in agent.task_types:
+            return Route.wait(f"{role} {name!r} does not take task type {task.task_type!r}")
+        missing = [label for label in task.labels if label not in agent.labels]
+        if missing:
+            return Route.wait(f"{role} {name!r} lacks the labels {', '.join(missing)}")
+        return Route.to(agent.name)
+
+
+@dataclass(frozen=True)
+class PipelineContext:
+    """What a pipeline is built from: the settings, the agents and the guardrails."""
+
+    settings: Settings
+    agents: AgentBook
+    guardrails: tuple[Guardrail, ...]
+
+
+class Pipeline(Protocol):
+    """The path of one kind of work. Implementations are registered with
+    :func:`agentqueue.pipelines.register_kind`."""
+
+    kind: str
+    guarded: bool
+    """Whether it consults the guardrails (a rule may name only such kinds in applies_to)."""
+
+    def accepts(self, spec: TaskSpec) -> bool:
+        """Whether a submission that names no kind is of this kind."""
+        ...
+
+    def problems(self, spec: TaskSpec, field: Callable[[str], str]) -> list[FieldProblem]:
+        """What this kind refuses in ``spec`` (``field`` gives a field's name as the caller
+        sees it)."""
+        ...
+
+    def expand(self, spec: TaskSpec) -> list[TaskSpec]:
+        """The tasks one submission becomes (itself, unless it is broadcast)."""
+        ...
+
+    def hold_new(self, task: Task) -> Hold | None:
+        """What holds a new task in blocked, if anything."""
+        ...
+
+    def hold_released(self, task: Task) -> Hold | None:
+        """What holds a task its dependencies just released, if anything."""
+        ...
+
+    def route(self, task: Routable) -> Route:
+        """Where admission may send the task."""
+        ...
