@@ -238,7 +238,7 @@ class ApprovalSettings(_Section):
 
 class PipelineSettings(_Section):
     """Pipelines per kind (R14): ``task`` and ``mail`` are built in; each module named here is
-    imported and registers its own kinds (see agentqueue.scheduler.pipelines)."""
+    imported and registers its own kinds (see agentqueue.pipelines)."""
 
     modules: list[str] = Field(default_factory=list)
 
