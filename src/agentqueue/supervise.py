@@ -20,6 +20,14 @@ T = TypeVar("T")
 
 FIRST_PAUSE_SECS = 0.2
 LONGEST_PAUSE_SECS = 5.0
+CANCEL_AGAIN_SECS = 1.0
+
+
+def cancel_requested() -> bool:
+    """Whether the running task has been asked to stop: a loop checks it each round, since on
+    Python 3.11 a cancel that meets a timeout expiring at the same moment can be swallowed."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 class Outage:
@@ -132,12 +140,16 @@ class Supervisor:
             raise LoopFailed(f"{name} died: {type(exc).__name__}: {exc}") from exc
 
     async def close(self, jobs: set[asyncio.Task[Any]] | None = None) -> None:
-        """Cancel the jobs (all, or those given) and wait for them to end."""
-        chosen = list(self.jobs if jobs is None else jobs)
-        for job in chosen:
-            job.cancel()
-        # Their failures were logged as they happened (_done): nothing is lost here.
-        await asyncio.gather(*chosen, return_exceptions=True)
+        """Cancel the jobs (all, or those given) and wait for them to end.
+
+        A job still running a second after its cancel is cancelled again (see
+        :func:`cancel_requested`): a stop must not hang on a swallowed cancel."""
+        pending = set(self.jobs if jobs is None else jobs)
+        while pending:
+            for job in pending:
+                job.cancel()
+            # Their failures were logged as they happened (_done): nothing is lost here.
+            _done, pending = await asyncio.wait(pending, timeout=CANCEL_AGAIN_SECS)
 
     async def wait_all(self, jobs: set[asyncio.Task[Any]]) -> None:
         """Wait for the given jobs to end by themselves."""

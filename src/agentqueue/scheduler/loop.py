@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from ..domain.errors import AgentQueueError, StoreUnavailable
 from ..service.runtime import Runtime
 from ..store.base import CHANNEL_PENDING
-from ..supervise import Outage, Supervisor
+from ..supervise import Outage, Supervisor, cancel_requested
 from ..wakeups import follow, wait_event
 from .leader import Leadership
 from .steps import tick
@@ -72,6 +72,8 @@ class Scheduler:
         try:
             woken = False
             while jobs.failure is None:
+                if cancel_requested():
+                    raise asyncio.CancelledError  # a cancel a timeout swallowed (Python 3.11)
                 more = False
                 if await self.leadership.hold():  # store errors are logged there
                     # Without push notifications a wake-up is any commit, not news of pending
@@ -118,6 +120,7 @@ class Scheduler:
     async def run_periodic(self) -> None:
         """Run each periodic step whose interval has passed; a failing one is logged."""
         loop = asyncio.get_running_loop()
+        ran = failed = False
         for index, (step, every) in enumerate(self.periodic):
             last = self._last_run.get(index)
             interval = every if every is not None else self.rt.settings.scheduler.tick_secs
@@ -125,16 +128,19 @@ class Scheduler:
                 continue
             self._last_run[index] = loop.time()
             name = getattr(step, "__name__", str(step))
+            ran = True
             try:
                 await step(self.rt)
             except StoreUnavailable as exc:
+                failed = True
                 self._periodic_outage.failed(
                     exc, f"periodic steps ({name})", self.rt.settings.scheduler.tick_secs
                 )
-                continue
             except AgentQueueError as exc:
                 log.warning("scheduler step %s failed: %s", name, exc)
-                continue
+        if ran and not failed:
+            # Only a round in which every step got through says the database is back (a step
+            # with nothing to do may not have asked it).
             self._periodic_outage.ok("periodic steps")
 
     async def _listen(self) -> None:
