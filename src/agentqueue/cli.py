@@ -82,6 +82,19 @@ def run(
         fail(f"unexpected {type(exc).__name__}: {exc}")
 
 
+def _log_to_stderr() -> None:
+    """Log lines for the long-running commands (worker, serve, scheduler)."""
+    import logging
+
+    logging.basicConfig(
+        level=os.environ.get("AGENTQUEUE_LOG_LEVEL", "INFO").upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    # The pool warns of every failed reconnect while the database is away; the loops that wait
+    # on it say so once themselves.
+    logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
+
+
 def emit_json(value: Any) -> None:
     """Print one JSON document."""
     click.echo(json.dumps(value, indent=2, ensure_ascii=False, default=str))
@@ -614,13 +627,9 @@ def _run_worker(
     grace: float | None,
     until_idle: bool,
 ) -> None:
-    import logging
     import signal
 
-    logging.basicConfig(
-        level=os.environ.get("AGENTQUEUE_LOG_LEVEL", "INFO").upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    _log_to_stderr()
     opts = ctx.find_root().obj
     types = [t.strip() for item in task_types for t in item.split(",") if t.strip()]
     try:
@@ -723,13 +732,9 @@ def scheduler(ctx: click.Context, holder: str | None) -> None:
     process sharing the database) and, while it leads, takes back lapsed leases, retries,
     settles dependencies, admits work under the limits, fires cron slots and purges dead
     letters. Workers run one by default; this is for deployments that run it apart."""
-    import logging
     import signal
 
-    logging.basicConfig(
-        level=os.environ.get("AGENTQUEUE_LOG_LEVEL", "INFO").upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    _log_to_stderr()
 
     async def go(queue: AsyncQueue) -> None:
         # run_scheduler waits for a database that is away at start (a misconfigured one
