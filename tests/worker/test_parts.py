@@ -401,3 +401,34 @@ async def test_a_full_executor_yields_its_least_urgent_long_running_task(
     await asyncio.wait_for(asyncio.gather(*preemptor.jobs.jobs), 5)
     assert attempts[idle.id].control.yielding.is_set()
     assert preemptor.victims() == []  # already yielding
+
+
+# --- the worker as a whole ----------------------------------------------------------------------
+
+
+async def test_a_part_that_dies_stops_the_worker_with_loop_failed(
+    db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    from agentqueue.config import Settings
+
+    queue = AsyncQueue(db_url, settings=Settings(worker={"poll_secs": 0.1}))
+
+    @queue.handler("bugfix")
+    async def fix(task: Task, ctx: Any) -> None:
+        await asyncio.sleep(60)
+
+    await queue.submit(title="t", task_type="bugfix")
+    worker = queue.worker(run_scheduler=True, grace_secs=5)
+
+    async def broken() -> None:
+        await asyncio.sleep(0.5)
+        raise RuntimeError("a bug in the lease keeper")
+
+    worker.lease_keeper.run = broken  # type: ignore[method-assign]
+    with pytest.raises(LoopFailed, match="agentqueue-heartbeat died: RuntimeError"):
+        await asyncio.wait_for(worker.run(), 20)
+    assert any("a bug in the lease keeper" in r.getMessage() and r.exc_info
+               for r in caplog.records)  # fmt: skip
+    # The running attempt was stopped and handed back, not left behind.
+    assert worker.running == 0
+    await queue.close()
