@@ -41,6 +41,9 @@ T = TypeVar("T")
 EXIT_OK, EXIT_ERROR, EXIT_BAD_INPUT = 0, 1, 2
 ONE_SHOT_WAIT_SECS = 5.0
 """How long a one-shot command waits for a database server it cannot reach."""
+LONG_RUNNING_OPEN_WAIT_SECS = 2.0
+"""How long each try of a worker, scheduler or serve to open the database waits before it says
+the database is away (it then tries again until the database answers)."""
 DEFAULT_LOCK_WAIT_SECS = 300.0
 LOCK_RETRY_PAUSE_SECS = 0.2
 STATES = [s.value for s in TaskState]
@@ -87,7 +90,7 @@ def run(
             config=opts["config"],
             actor=opts["actor"],
             tenant=tenant,
-            open_wait_secs=ONE_SHOT_WAIT_SECS if one_shot else None,
+            open_wait_secs=ONE_SHOT_WAIT_SECS if one_shot else LONG_RUNNING_OPEN_WAIT_SECS,
         )
         try:
             return await action(queue)
@@ -132,6 +135,19 @@ def run(
         if os.environ.get("AGENTQUEUE_DEBUG"):
             raise
         fail(f"unexpected {type(exc).__name__}: {exc}")
+
+
+def _log_to_stderr() -> None:
+    """Log lines for the long-running commands (worker, serve, scheduler)."""
+    import logging
+
+    logging.basicConfig(
+        level=os.environ.get("AGENTQUEUE_LOG_LEVEL", "INFO").upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    # The pool warns of every failed reconnect while the database is away; the loops that wait
+    # on it say so once themselves.
+    logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
 
 
 def emit_json(value: Any) -> None:
@@ -677,13 +693,9 @@ def _run_worker(
     grace: float | None,
     until_idle: bool,
 ) -> None:
-    import logging
     import signal
 
-    logging.basicConfig(
-        level=os.environ.get("AGENTQUEUE_LOG_LEVEL", "INFO").upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    _log_to_stderr()
     opts = ctx.find_root().obj
     types = [t.strip() for item in task_types for t in item.split(",") if t.strip()]
     try:
@@ -716,19 +728,21 @@ def _run_worker(
 
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, on_signal)
-        watcher = asyncio.create_task(_stop_when_idle(queue, worker)) if until_idle else None
-        try:
-            await worker.run()
-        finally:
-            if watcher is not None:
-                watcher.cancel()
+        if until_idle:
+            worker.jobs.start(_stop_when_idle(queue, worker), "agentqueue-until-idle")
+        await worker.run()
 
     async def _stop_when_idle(queue: AsyncQueue, worker: Any) -> None:
         quiet = 0
         await worker.started.wait()
         while True:
             await asyncio.sleep(0.5)
-            quiet = quiet + 1 if await queue.work_left() == 0 else 0
+            try:
+                left = await queue.work_left()
+            except StoreUnavailable:  # the worker's own loops report the outage
+                quiet = 0
+                continue
+            quiet = quiet + 1 if left == 0 else 0
             if quiet >= 2:
                 worker.stop()
                 return
@@ -784,16 +798,13 @@ def scheduler(ctx: click.Context, holder: str | None) -> None:
     process sharing the database) and, while it leads, takes back lapsed leases, retries,
     settles dependencies, admits work under the limits, fires cron slots and purges dead
     letters. Workers run one by default; this is for deployments that run it apart."""
-    import logging
     import signal
 
-    logging.basicConfig(
-        level=os.environ.get("AGENTQUEUE_LOG_LEVEL", "INFO").upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    _log_to_stderr()
 
     async def go(queue: AsyncQueue) -> None:
-        await queue.open()
+        # run_scheduler waits for a database that is away at start (a misconfigured one
+        # fails at once); a scheduler loop that dies ends it with LoopFailed: exit 1.
         job = asyncio.create_task(queue.run_scheduler(holder=holder))
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

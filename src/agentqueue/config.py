@@ -238,7 +238,7 @@ class ApprovalSettings(_Section):
 
 class PipelineSettings(_Section):
     """Pipelines per kind (R14): ``task`` and ``mail`` are built in; each module named here is
-    imported and registers its own kinds (see agentqueue.scheduler.pipelines)."""
+    imported and registers its own kinds (see agentqueue.pipelines)."""
 
     modules: list[str] = Field(default_factory=list)
 
@@ -256,6 +256,9 @@ class WorkerSettings(_Section):
     handles another)."""
     flushes_in_flight: int = Field(default=2, ge=1, le=64)
     """Batches of outcomes a worker writes at once."""
+    lease_guard: float = Field(default=0.8, gt=0, lt=1)
+    """Heartbeats failing for this fraction of ``[queue] lease_ttl_secs``: the worker stops its
+    running attempts (recording no outcome) before their leases lapse."""
     workdir: str | None = None
 
 

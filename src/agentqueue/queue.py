@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import os
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
@@ -43,8 +44,11 @@ from .service.submit import SubmitResult
 from .spec import TaskSpec, check_name
 from .store import DEFAULT_URL, Lease, Store, make_store
 from .store.base import LeaderInfo, PausedType
+from .supervise import until_reachable
 from .worker.assemble import build_executors
 from .worker.runner import Worker, WorkerOptions, default_worker_id
+
+log = logging.getLogger("agentqueue.scheduler")
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -405,8 +409,9 @@ class AsyncQueue:
         )
 
     async def run_scheduler(self, *, holder: str | None = None) -> None:
-        """Run a scheduler until cancelled."""
-        await self._ready()
+        """Run a scheduler until cancelled. A database away at start is waited for (saying so
+        once); one that cannot be used (StoreMisconfigured) raises at once."""
+        await until_reachable(self._ready, log, "opening the database")
         await self.scheduler(holder=holder).run()
 
     async def leader(self) -> LeaderInfo | None:
@@ -508,6 +513,7 @@ class AsyncQueue:
             claim_batch=self.settings.queue.claim_batch,
             claims_in_flight=conf.claims_in_flight,
             flushes_in_flight=conf.flushes_in_flight,
+            lease_guard=conf.lease_guard,
             tool_timeout_secs=self.settings.tools.timeout_secs,
             tool_concurrency=self.settings.tools.concurrency,
             tool_lease_secs=self.settings.tools.lease_secs,

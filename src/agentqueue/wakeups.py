@@ -6,7 +6,9 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 
+from .domain.errors import StoreError
 from .store.base import Notice, Store
+from .supervise import Outage
 
 log = logging.getLogger("agentqueue.worker")
 
@@ -28,15 +30,16 @@ async def wait_event(event: asyncio.Event, timeout_secs: float) -> bool:
 async def follow(
     store: Store, channels: Sequence[str], on_notice: Callable[[Notice], None], who: str
 ) -> None:
-    """Hand every notice on ``channels`` to ``on_notice`` until cancelled; when the listener
-    drops, reconnect after a pause (the caller's regular poll covers the gap)."""
+    """Hand every notice on ``channels`` to ``on_notice`` until cancelled. When the listener
+    drops (a database error), reconnect after a pause that grows while the database stays
+    away, saying so once (the caller's regular poll covers the gap). Any other error is
+    raised: it is a bug, and the caller's supervisor reports it."""
+    outage = Outage(log)
     while True:
         try:
             async with store.listen(channels) as notices:
+                outage.ok(f"{who} listening")
                 async for notice in notices:
                     on_notice(notice)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            log.warning("%s listener lost (%s); reconnecting", who, exc)
-            await asyncio.sleep(1.0)
+        except StoreError as exc:
+            await outage.wait(exc, f"{who} listener reconnecting")

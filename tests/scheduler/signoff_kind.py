@@ -9,7 +9,7 @@ from collections.abc import Callable
 from agentqueue.domain.errors import FieldProblem
 from agentqueue.domain.models import Task
 from agentqueue.domain.states import HOLD_APPROVAL
-from agentqueue.scheduler.pipelines import Hold, PipelineContext, Routable, Route, register_kind
+from agentqueue.pipelines import Hold, PipelineContext, Routable, Route, register_kind
 from agentqueue.spec import TaskSpec
 
 

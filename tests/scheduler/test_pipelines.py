@@ -108,7 +108,7 @@ async def test_bug_c_guardrails_never_apply_to_mail(open_queue: OpenQueue) -> No
 
 
 def test_a_guardrail_cannot_be_configured_for_mail() -> None:
-    from agentqueue.scheduler.pipelines import Pipelines
+    from agentqueue.pipelines import Pipelines
 
     for kinds, words in ((["task", "mail"], "never consults"), (["memo"], "no kind 'memo'")):
         settings = Settings(guardrails=[{**DELETION, "applies_to": kinds}])
@@ -396,7 +396,7 @@ def test_a_pipeline_module_that_cannot_be_imported_is_a_config_error(tmp_path: A
     path = tmp_path / "c.toml"
     path.write_text('[pipelines]\nmodules = ["no_such_module_here"]\n')
     settings = load_settings(path)
-    from agentqueue.scheduler.pipelines import Pipelines
+    from agentqueue.pipelines import Pipelines
 
     with pytest.raises(ConfigError) as caught:
         Pipelines(settings)

@@ -78,6 +78,11 @@ class StoreMisconfigured(StoreError):
     cause."""
 
 
+class LoopFailed(AgentQueueError):
+    """A background loop of a worker or scheduler died of an unexpected error: the process
+    stops (exit 1) so that its supervisor starts it afresh, rather than running half-alive."""
+
+
 class Conflict(AgentQueueError):
     """A guarded write lost a race it could not resolve by retrying."""
 

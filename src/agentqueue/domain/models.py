@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from .states import TaskState
+from .task_state import TaskState
 
 DEFAULT_TIMEOUTS: dict[str, int] = {
     "bugfix": 120,

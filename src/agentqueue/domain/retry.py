@@ -55,3 +55,9 @@ def exception_is_retryable(exc: BaseException) -> bool:
     if isinstance(explicit, bool):
         return explicit
     return isinstance(exc, TimeoutError | ConnectionError)
+
+
+def failure_is_retryable(retryable: bool, timed_out: bool) -> bool:
+    """Whether a failed attempt may be retried: the executor said so, or the attempt ran out
+    of time (a timeout says nothing against the task itself)."""
+    return retryable or timed_out

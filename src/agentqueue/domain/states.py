@@ -11,43 +11,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from uuid import UUID
 
 from .audit import data_text, hash_tail
 from .errors import LeaseLost, TransitionRefused
+from .models import Task
 from .retry import BackoffPolicy, retries_left, retry_limit
-
-if TYPE_CHECKING:
-    from .models import Task
-
-
-class TaskState(StrEnum):
-    """Where a task is in its life."""
-
-    PENDING = "pending"
-    BLOCKED = "blocked"
-    QUEUED = "queued"
-    EXECUTING = "executing"
-    WAITING_TOOL = "waiting_tool"
-    RETRYING = "retrying"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    DEAD_LETTER = "dead_letter"
-    MANUAL_REVIEW = "manual_review"
-    ARCHIVED = "archived"
-    CANCELLED = "cancelled"
-
-    @property
-    def terminal(self) -> bool:
-        """Completed, failed, cancelled and archived tasks never change again."""
-        return self in TERMINAL_STATES
-
-
-TERMINAL_STATES = frozenset(
-    {TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELLED, TaskState.ARCHIVED}
-)
-LIVE_STATES = frozenset(s for s in TaskState if s not in TERMINAL_STATES)
+from .task_state import LIVE_STATES as LIVE_STATES
+from .task_state import TERMINAL_STATES as TERMINAL_STATES
+from .task_state import TaskState as TaskState
 
 S = TaskState
 

@@ -12,7 +12,7 @@ the global cap, its agent's cap or one of its rate limits has no room. Caps coun
 (queued and executing), so a retried task comes back through here like a new one.
 
 Routing (R14) happens here too: the task's pipeline names the agents that may take it
-(scheduler.pipelines), the plan gives it to the least loaded of those with room and tokens, and
+(agentqueue.pipelines), the plan gives it to the least loaded of those with room and tokens, and
 the admission records that agent on the task (only its executors claim it). A task no agent can
 take stays pending with the reason in its ``state_reason``.
 """
@@ -29,10 +29,11 @@ from uuid import UUID
 from ..config import Settings
 from ..domain.priority import order_key
 from ..domain.states import Action, bulk_event
+from ..pipelines import Route
+from ..service.load import Load
 from ..service.records import ADMITTER
 from ..service.runtime import Runtime
-from ..store.base import AdmitParams, Bucket, Candidate, CandidateQuery, LoadRow
-from .pipelines import Route
+from ..store.base import AdmitParams, Bucket, Candidate, CandidateQuery
 
 
 @dataclass(frozen=True)
@@ -110,26 +111,6 @@ class AdmissionPolicy:
     def used_limits(self) -> list[str]:
         """Every rate limit some task type or agent draws from."""
         return sorted({*self.type_limits.values(), *self.agent_limits.values()})
-
-
-@dataclass(frozen=True)
-class Load:
-    """Admitted work (queued or executing) as the caps count it."""
-
-    total: int
-    by_agent: Mapping[str, int]
-    by_tenant: Mapping[str, int]
-
-    @classmethod
-    def count(cls, rows: Sequence[LoadRow]) -> Load:
-        """Sum the store's grouped counts by agent and by tenant."""
-        by_agent: Counter[str] = Counter()
-        by_tenant: Counter[str] = Counter()
-        for row in rows:
-            if row.agent is not None:
-                by_agent[row.agent] += row.count
-            by_tenant[row.tenant] += row.count
-        return cls(sum(by_tenant.values()), by_agent, by_tenant)
 
 
 @dataclass(frozen=True)

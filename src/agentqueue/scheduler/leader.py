@@ -15,8 +15,9 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timedelta
 
-from ..domain.errors import AgentQueueError
+from ..domain.errors import AgentQueueError, StoreUnavailable
 from ..service.runtime import Runtime
+from ..supervise import Outage
 
 log = logging.getLogger("agentqueue.scheduler")
 
@@ -33,6 +34,7 @@ class Leadership:
         self.term: int | None = None
         self._valid_until: datetime | None = None
         self._renewed_at: datetime | None = None
+        self._outage = Outage(log)
 
     @property
     def _ttl(self) -> float:
@@ -57,10 +59,17 @@ class Leadership:
         try:
             term = await self.rt.store.lead(self.name, self.holder, now, self._ttl)
         except AgentQueueError as exc:
-            log.warning("could not renew the scheduler lease: %s", exc)
+            if isinstance(exc, StoreUnavailable):
+                self._outage.failed(
+                    exc, "renewing the scheduler lease", self.rt.settings.scheduler.renew_secs
+                )
+            else:
+                log.warning("could not renew the scheduler lease: %s", exc)
             term = None
             if self.leading():
                 return True  # still within our lease: try again on the next pass
+        else:
+            self._outage.ok("scheduler lease")
         if term is None:
             if self.term is not None:
                 log.info("%s is no longer the scheduler leader", self.holder)

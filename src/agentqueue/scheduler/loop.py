@@ -3,6 +3,10 @@ every wake-up (news of pending work) and at least every ``tick_secs``.
 
 It runs on its own (``agentqueue scheduler``) or inside a worker or ``serve``, which feeds it
 their wake-ups. Followers only try to take the lease, every ``renew_secs``.
+
+While the database is away, passes fail: that is said once (per kind of pass) and the passes go
+on at their usual pace until it is back. A loop of its own (listener, periodic steps) that dies of
+an unexpected error ends :meth:`Scheduler.run` with LoopFailed.
 """
 
 from __future__ import annotations
@@ -11,9 +15,10 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 
-from ..domain.errors import AgentQueueError
+from ..domain.errors import AgentQueueError, StoreUnavailable
 from ..service.runtime import Runtime
 from ..store.base import CHANNEL_PENDING
+from ..supervise import Outage, Supervisor, cancel_requested
 from ..wakeups import follow, wait_event
 from .leader import Leadership
 from .steps import tick
@@ -46,6 +51,8 @@ class Scheduler:
         self.min_gap_secs = min_gap_secs
         self.periodic = list(periodic)
         self._last_run: dict[int, float] = {}
+        self._pass_outage = Outage(log)
+        self._periodic_outage = Outage(log)
 
     @property
     def leading(self) -> bool:
@@ -54,15 +61,19 @@ class Scheduler:
 
     async def run(self) -> None:
         """Run until cancelled; hand the leadership back on the way out."""
-        listener = asyncio.create_task(self._listen()) if self.listen else None
+        jobs = Supervisor(log, on_failure=self.wake.set)
+        if self.listen:
+            jobs.start(self._listen(), "agentqueue-scheduler-listen")
         # Cron, retention and alerts run beside the steps, so a slow alert endpoint never holds
         # up admission.
-        periodic = asyncio.create_task(self._periodic_loop())
+        jobs.start(self._periodic_loop(), "agentqueue-scheduler-periodic")
         settings = self.rt.settings.scheduler
         push = self.rt.store.push_notifications
         try:
             woken = False
-            while True:
+            while jobs.failure is None:
+                if cancel_requested():
+                    raise asyncio.CancelledError  # a cancel a timeout swallowed (Python 3.11)
                 more = False
                 if await self.leadership.hold():  # store errors are logged there
                     # Without push notifications a wake-up is any commit, not news of pending
@@ -78,21 +89,27 @@ class Scheduler:
                 woken = await wait_event(self.wake, wait)
                 self.wake.clear()
         finally:
-            for job in (listener, periodic):
-                if job is not None:
-                    job.cancel()
-            await asyncio.gather(*(j for j in (listener, periodic) if j), return_exceptions=True)
+            await jobs.close()
             await asyncio.shield(self.leadership.resign())
+        jobs.check()
 
     async def _pass(self, admit_first: bool = False) -> bool:
         try:
             report = await tick(self.rt, admit_first=admit_first)
+        except StoreUnavailable as exc:
+            self._pass_outage.failed(exc, "scheduler passes", self._pace())
+            return False
         except AgentQueueError as exc:
             log.warning("scheduler step failed: %s", exc)
             return False
+        self._pass_outage.ok("scheduler passes")
         if report.admitted and self.on_admitted is not None:
             self.on_admitted()
         return report.more
+
+    def _pace(self) -> float:
+        settings = self.rt.settings.scheduler
+        return settings.tick_secs if self.leading else settings.renew_secs
 
     async def _periodic_loop(self) -> None:
         while True:
@@ -103,16 +120,28 @@ class Scheduler:
     async def run_periodic(self) -> None:
         """Run each periodic step whose interval has passed; a failing one is logged."""
         loop = asyncio.get_running_loop()
+        ran = failed = False
         for index, (step, every) in enumerate(self.periodic):
             last = self._last_run.get(index)
             interval = every if every is not None else self.rt.settings.scheduler.tick_secs
             if last is not None and loop.time() - last < interval:
                 continue
             self._last_run[index] = loop.time()
+            name = getattr(step, "__name__", str(step))
+            ran = True
             try:
                 await step(self.rt)
+            except StoreUnavailable as exc:
+                failed = True
+                self._periodic_outage.failed(
+                    exc, f"periodic steps ({name})", self.rt.settings.scheduler.tick_secs
+                )
             except AgentQueueError as exc:
-                log.warning("scheduler step %s failed: %s", getattr(step, "__name__", step), exc)
+                log.warning("scheduler step %s failed: %s", name, exc)
+        if ran and not failed:
+            # Only a round in which every step got through says the database is back (a step
+            # with nothing to do may not have asked it).
+            self._periodic_outage.ok("periodic steps")
 
     async def _listen(self) -> None:
         """Wake on news of pending work (a standalone scheduler's own listener)."""

@@ -9,8 +9,8 @@ from uuid import UUID
 from ..domain.errors import InvalidInput, NotFound
 from ..domain.models import Event, Task
 from ..domain.states import TaskState
-from ..scheduler.admission import Load
 from ..store import TaskFilter
+from .load import Load
 from .runtime import Runtime
 
 MAX_PAGE = 1000

@@ -21,7 +21,7 @@ from ..domain.states import (
     decide,
     decide_or_raise,
 )
-from ..scheduler.pipelines import Hold
+from ..pipelines import Hold
 from ..store import Change, NewTask, Tx
 from ..store.base import CHANNEL_PENDING, CHANNEL_QUEUED, CHANNEL_REVOKED, CHANNEL_TOOLS, OutboxItem
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from ..clock import Clock, SystemClock
 from ..config import Settings
-from ..scheduler.pipelines import Pipelines
+from ..pipelines import Pipelines
 from ..store import Store
 
 

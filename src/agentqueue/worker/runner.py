@@ -1,9 +1,15 @@
-"""The worker: claims work up to its free slots, runs each task in its executor, keeps the leases
-alive, reports outcomes in batches, and stops running attempts whose lease is revoked.
+"""The worker: wires its parts together and runs each attempt from claim to outcome.
 
-It waits for work by notification (LISTEN/NOTIFY on PostgreSQL; on SQLite, a cheap read of
-``PRAGMA data_version``) with a slow poll as a safety net, never by a tight loop. Unless told not
-to, it also runs a scheduler (see scheduler.loop), which competes for the leadership.
+The parts, one module each: the claimer (claims for free slots), the outcome flusher (group
+commit of outcomes and logs), the lease keeper (heartbeats, and stopping attempts before a lease
+lapses), notice routing (listener to wake-ups), tool runs and preemption. It waits for work by
+notification (LISTEN/NOTIFY on PostgreSQL; on SQLite, a cheap read of ``PRAGMA data_version``)
+with a slow poll as a safety net, never by a tight loop. Unless told not to, it also runs a
+scheduler (see scheduler.loop), which competes for the leadership.
+
+While the database is away every part keeps going (each says so once and tries again); a part
+that dies of an unexpected error stops the worker with :class:`LoopFailed`, for its supervisor
+to start it afresh.
 """
 
 from __future__ import annotations
@@ -15,37 +21,32 @@ import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from uuid import UUID
 
 from ..domain.errors import AgentQueueError, ConfigError
 from ..domain.models import LogRecord, Task
-from ..domain.states import Refusal, TaskState
+from ..domain.retry import failure_is_retryable
+from ..domain.tools import next_tool_call_id
 from ..executors.base import AttemptControl, AttemptEnd, AttemptResult, Executor
-from ..executors.inprocess import is_async_callable
 from ..scheduler.loop import Scheduler
 from ..scheduler.steps import PERIODIC_STEPS
 from ..service.execution import Outcome, OutcomeKind
-from ..service.tools import ToolWork, take_tool_calls
-from ..store.base import (
-    CHANNEL_CHANGED,
-    CHANNEL_PENDING,
-    CHANNEL_QUEUED,
-    CHANNEL_REVOKED,
-    CHANNEL_TOOLS,
-    CHANNELS,
-    Notice,
-)
-from ..wakeups import follow, wait_event
-
-if TYPE_CHECKING:
-    from ..queue import AsyncQueue
+from ..service.tools import take_tool_calls
+from ..supervise import Supervisor, until_reachable
+from ..wakeups import wait_event
+from .claimer import Claimer
+from .flusher import OutcomeFlusher
+from .lease_keeper import LeaseKeeper
+from .notices import NoticeRouter, Wakeups
+from .port import WorkQueue
+from .preemption import Preemptor
+from .running import Running
+from .tools import ToolRunner
 
 log = logging.getLogger("agentqueue.worker")
 
 SHUTDOWN = "the worker is shutting down"
-PREEMPT_SETTLE_SECS = 0.2
-"""How long a busy worker waits, on news of a queued P0 task, before preempting for it."""
 
 
 def default_worker_id() -> str:
@@ -80,14 +81,9 @@ class WorkerOptions:
     """Preemption (R11): a P0 task waits, every slot is busy: a task of priority at least
     ``preempt_min_priority`` that ran longer than this is asked to yield its slot."""
     preempt_min_priority: int = 7
-
-
-@dataclass
-class _Running:
-    task: Task
-    executor: Executor
-    control: AttemptControl
-    job: asyncio.Task[None] | None = None
+    lease_guard: float = 0.8
+    """Heartbeats failing for this fraction of ``lease_ttl_secs``: running attempts are
+    stopped (no outcome recorded) before their leases lapse."""
 
 
 def check_executors(executors: Sequence[Executor]) -> None:
@@ -112,7 +108,7 @@ class Worker:
 
     def __init__(
         self,
-        queue: AsyncQueue,
+        queue: WorkQueue,
         executors: Sequence[Executor],
         options: WorkerOptions,
         tools: Mapping[str, Callable[[Any], Any]] | None = None,
@@ -125,36 +121,68 @@ class Worker:
         self.executors = list(executors)
         self.options = options
         self.id = options.worker_id
-        self._running: dict[UUID, _Running] = {}
-        self._outcomes: list[Outcome] = []
-        self._logs: list[LogRecord] = []
+        self._running: dict[UUID, Running] = {}
         self._wake = asyncio.Event()
-        self._flush = asyncio.Event()
-        self._flushing: set[asyncio.Task[None]] = set()
-        self._claiming: set[asyncio.Task[None]] = set()
-        self._reserved: dict[str, int] = {e.name: 0 for e in executors}
-        self._empty: set[str] = set()
-        self._beat_now = asyncio.Event()
-        self.scheduler: Scheduler | None = None
-        self._tool_wake = asyncio.Event()
-        self._tool_jobs: set[asyncio.Task[None]] = set()
-        self._probe: asyncio.Task[None] | None = None
-        self._preempting: asyncio.Task[None] | None = None
-        self._probe_again = False
         self._stopping = False
         self._grace: float = options.grace_secs
         self._stopped = asyncio.Event()
         self.started = asyncio.Event()
-        self.stats = {
-            "claimed": 0,
-            "completed": 0,
-            "failed": 0,
-            "released": 0,
-            "revoked": 0,
-            "waiting": 0,
-            "preempted": 0,
-            "tool_calls": 0,
-        }
+        self.scheduler: Scheduler | None = None
+        self.jobs = Supervisor(log, on_failure=self._wake.set)
+        """Every background job of this worker (its parts, claims, attempts, tool calls)."""
+        self.claimer = Claimer(
+            self._claim,
+            self._work_hints,
+            self.executors,
+            self._running,
+            self._start,
+            self.jobs,
+            concurrency=options.concurrency,
+            batch=options.claim_batch,
+            in_flight=options.claims_in_flight,
+            on_dry=self._scheduler_wake,
+            on_claimed=self._wake.set,
+        )
+        self.flusher = OutcomeFlusher(self._finish, self.jobs, options.flushes_in_flight)
+        self.lease_keeper = LeaseKeeper(
+            self._heartbeat,
+            self._running,
+            interval_secs=self._heartbeat_interval(),
+            lease_secs=queue.settings.queue.lease_ttl_secs,
+            guard=options.lease_guard,
+        )
+        self.tool_runner = ToolRunner(
+            self.tools,
+            self._take_tool_calls,
+            self._answer_tool_call,
+            self.jobs,
+            concurrency=options.tool_concurrency,
+            poll_secs=options.poll_secs,
+        )
+        self.preemptor = Preemptor(
+            self.executors,
+            self._running,
+            self._queued_p0,
+            queue.clock.now,
+            self.jobs,
+            enabled=options.preempt,
+            after_secs=options.preempt_after_secs,
+            min_priority=options.preempt_min_priority,
+        )
+        self.notices = NoticeRouter(
+            queue.store,
+            self._work_hints,
+            Wakeups(
+                revoke=self.lease_keeper.revoke,
+                tools=self.tool_runner.wake.set,
+                work=self._work_arrived,
+                p0=self.preemptor.p0_queued,
+                scheduler=self._scheduler_wake,
+            ),
+            self.jobs,
+        )
+        self._stats = {"completed": 0, "failed": 0, "released": 0, "revoked": 0, "waiting": 0,
+                       "preempted": 0}  # fmt: skip
 
     # --- control ------------------------------------------------------------------------------
 
@@ -171,23 +199,62 @@ class Worker:
         """Attempts in progress."""
         return len(self._running)
 
+    @property
+    def stats(self) -> dict[str, int]:
+        """What this worker did so far: tasks claimed, attempts by how they ended, attempts
+        the lease guard stopped, tool calls run."""
+        return {
+            "claimed": self.claimer.claimed,
+            **self._stats,
+            "guarded": self.lease_keeper.guarded,
+            "tool_calls": self.tool_runner.calls,
+        }
+
     def request_heartbeat(self, task_id: UUID) -> None:
         """Heartbeat soon (a handler asked to renew its lease)."""
-        self._beat_now.set()
+        self.lease_keeper.beat()
+
+    # --- what the parts call ------------------------------------------------------------------
+
+    async def _claim(self, n: int, task_types: Sequence[str], agents: Sequence[str]) -> list[Task]:
+        return await self.queue.claim(n, self.id, task_types, agents)
+
+    async def _work_hints(self) -> Any:
+        return await self.queue.store.work_hints(self.queue.clock.now())
+
+    async def _finish(self, outcomes: list[Outcome], logs: list[LogRecord]) -> Any:
+        return await self.queue.finish(outcomes, actor=self.id, logs=logs)
+
+    async def _heartbeat(self, tasks: list[Task]) -> Any:
+        return await self.queue.heartbeat(tasks)
+
+    async def _take_tool_calls(self, names: list[str], room: int) -> Any:
+        return await take_tool_calls(
+            await self.queue.runtime(), names, self.id, room, self.options.tool_lease_secs
+        )
+
+    async def _answer_tool_call(self, task_id: UUID, call_id: str, value: Any) -> object:
+        return await self.queue.submit_tool_result(task_id, call_id, value, actor=self.id)
+
+    async def _queued_p0(self) -> Any:
+        return await self.queue.store.queued_p0()
 
     # --- main loop ----------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Work until :meth:`stop` is called, then shut down gracefully."""
+        """Work until :meth:`stop` is called, then shut down gracefully. A database that is
+        away at start is waited for; a background part that dies raises LoopFailed (after
+        the running attempts are released)."""
+        await until_reachable(self.queue.open, log, "opening the database")
         store = self.queue.store
-        await self.queue.open()
-        background = [
-            asyncio.create_task(self._listen(), name="agentqueue-listen"),
-            asyncio.create_task(self._heartbeats(), name="agentqueue-heartbeat"),
-            asyncio.create_task(self._flusher(), name="agentqueue-flush"),
-        ]
+        jobs = self.jobs
+        loops = {
+            jobs.start(self.notices.run(), "agentqueue-listen"),
+            jobs.start(self.lease_keeper.run(), "agentqueue-heartbeat"),
+            jobs.start(self.flusher.run(), "agentqueue-flush"),
+        }
         if self.tools:
-            background.append(asyncio.create_task(self._tool_runner(), name="agentqueue-tools"))
+            loops.add(jobs.start(self.tool_runner.run(), "agentqueue-tools"))
         if self.options.run_scheduler:
             # The worker's listener wakes it; what it admits wakes the worker's claims.
             self.scheduler = Scheduler(
@@ -198,7 +265,7 @@ class Worker:
                 min_gap_secs=self.options.scheduler_min_gap_secs,
                 periodic=PERIODIC_STEPS,
             )
-            background.append(asyncio.create_task(self.scheduler.run(), name="agentqueue-schedule"))
+            loops.add(jobs.start(self.scheduler.run(), "agentqueue-schedule"))
         log.info(
             "worker %s started on %s: %s",
             self.id,
@@ -207,89 +274,31 @@ class Worker:
         )
         self.started.set()
         try:
-            while not self._stopping:
-                self._fill()
+            while not self._stopping and jobs.failure is None:
+                self.claimer.fill()
                 if not await wait_event(self._wake, self.options.poll_secs):
-                    await self._poll()
+                    await self.claimer.poll()
                 self._wake.clear()
+            self._stopping = True
+            if jobs.failure is not None:
+                self._grace = 0.0
+            # Tasks claimed by claims under way are run (or released) like the others.
+            await jobs.wait_all(self.claimer.claiming)
             await self._drain()
         finally:
-            if self._probe is not None:
-                background.append(self._probe)
-            if self._preempting is not None:
-                background.append(self._preempting)
-            background.extend(self._tool_jobs)
-            for job in background:
-                job.cancel()
-            await asyncio.gather(*background, *self._claiming, return_exceptions=True)
-            # No flush is started any more; finish those under way, then write what is left.
-            await asyncio.gather(*self._flushing, return_exceptions=True)
-            await self._flush_batches(attempts=10)
+            attempts = {r.job for r in self._running.values() if r.job is not None}
+            await jobs.close(jobs.jobs - attempts - self.flusher.writing)
+            # No batch is started any more; end those under way, then write what is left.
+            await self.flusher.close(patience_secs=self.queue.settings.queue.lease_ttl_secs)
             for executor in self.executors:
                 close = getattr(executor, "close", None)
                 if close is not None:
                     close()
             self._stopped.set()
             log.info("worker %s stopped: %s", self.id, self.stats)
+        jobs.check()
 
-    def _fill(self) -> None:
-        """Start claims for executors with free slots: batches of ``claim_batch``, at most
-        ``claims_in_flight`` at once, so the database works on one while the worker handles
-        another. An executor whose last claim came back short is left alone until new work
-        is announced."""
-        for executor in self.executors:
-            while (
-                len(self._claiming) < self.options.claims_in_flight
-                and not self._stopping
-                and executor.name not in self._empty
-            ):
-                reserved = sum(self._reserved.values())
-                free_total = self.options.concurrency - len(self._running) - reserved
-                busy = sum(1 for r in self._running.values() if r.executor is executor)
-                free = min(
-                    executor.max_concurrent - busy - self._reserved[executor.name],
-                    free_total,
-                    self.options.claim_batch,
-                )
-                if free <= 0:
-                    break
-                self._reserved[executor.name] += free
-                job = asyncio.create_task(self._claim(executor, free))
-                self._claiming.add(job)
-                job.add_done_callback(self._claiming.discard)
-
-    async def _claim(self, executor: Executor, n: int) -> None:
-        try:
-            tasks = await self.queue.claim(
-                n, self.id, sorted(executor.task_types), sorted(executor.agents)
-            )
-        except AgentQueueError as exc:
-            log.warning("claim failed, will retry: %s", exc)
-            self._empty.add(executor.name)  # until the next poll
-            return
-        finally:
-            self._reserved[executor.name] -= n
-        self.stats["claimed"] += len(tasks)
-        for task in tasks:
-            self._start(task, executor)
-        if len(tasks) < n:
-            self._empty.add(executor.name)
-            self._scheduler_wake()  # the queue ran dry here: admit what is pending
-        self._wake.set()
-
-    async def _poll(self) -> None:
-        """The safety net behind notifications: if anything is queued, look again everywhere
-        (one read; nothing is written while the queue is idle)."""
-        if not self._empty:
-            return
-        try:
-            hints = await self.queue.store.work_hints(self.queue.clock.now())
-        except AgentQueueError:
-            return
-        if hints.queued:
-            self._empty.clear()
-
-    def _start(self, task: Task, executor: Executor) -> None:
+    def _start(self, task: Task, executor: Executor, claimed_at: float) -> None:
         deadline_in = float(task.timeout_secs)
         if task.locked_at is not None:
             elapsed = (self.queue.clock.now() - task.locked_at).total_seconds()
@@ -311,11 +320,11 @@ class Worker:
             yield_grace_secs=self.options.yield_grace_secs,
             save_checkpoint=save_checkpoint,
         )
-        running = _Running(task, executor, control)
+        running = Running(task, executor, control, renewed_at=claimed_at)
         self._running[task.id] = running
-        running.job = asyncio.create_task(self._attempt(running), name=f"agentqueue-{task.id}")
+        running.job = self.jobs.start(self._attempt(running), f"agentqueue-{task.id}")
 
-    async def _attempt(self, running: _Running) -> None:
+    async def _attempt(self, running: Running) -> None:
         task, control = running.task, running.control
         try:
             try:
@@ -325,12 +334,8 @@ class Worker:
                 result = AttemptResult(
                     AttemptEnd.FAILED, error=f"executor error: {type(exc).__name__}: {exc}"
                 )
-            outcome = self._outcome(task, control, result)
-            if outcome is not None:
-                self._outcomes.append(outcome)
             # Output belongs to the attempt, reported or not (a revoked attempt reports none).
-            self._logs.extend(self._records(task, result))
-            self._flush.set()
+            self.flusher.add(self._outcome(task, control, result), self._records(task, result))
         finally:
             self._running.pop(task.id, None)
             self._wake.set()
@@ -349,30 +354,30 @@ class Worker:
         assert task.lock_token is not None
         if result.end is AttemptEnd.CANCELLED:
             if control.cancel_reason == SHUTDOWN:
-                self.stats["released"] += 1
+                self._stats["released"] += 1
                 return Outcome(
                     task.id, task.lock_token, OutcomeKind.RELEASED, reason=SHUTDOWN, claimed=task
                 )
-            self.stats["revoked"] += 1
+            # Revoked, cancelled, lease lost, or stopped by the lease guard: the task is not
+            # ours any more (or soon will not be), so nothing is reported.
+            self._stats["revoked"] += 1
             return None
         if result.end is AttemptEnd.COMPLETED:
-            self.stats["completed"] += 1
+            self._stats["completed"] += 1
             return Outcome(
                 task.id, task.lock_token, OutcomeKind.COMPLETED, result=result.result, claimed=task
             )
         kept = {"checkpoint": result.checkpoint, "checkpointed": result.checkpointed}
         if result.end is AttemptEnd.WAITING_TOOL and result.tool_call is not None:
-            self.stats["waiting"] += 1
+            self._stats["waiting"] += 1
             call = result.tool_call
             return Outcome(
                 task.id,
                 task.lock_token,
                 OutcomeKind.WAITING_TOOL,
                 claimed=task,
-                # Call ids number the task's calls over its whole life: unique, and the same
-                # on every worker.
                 tool_call={
-                    "id": f"call-{len(task.tool_calls) + 1}",
+                    "id": next_tool_call_id(len(task.tool_calls)),
                     "name": call.name,
                     "args": call.args,
                     "timeout_secs": call.timeout_secs or self.options.tool_timeout_secs,
@@ -380,7 +385,7 @@ class Worker:
                 **kept,
             )
         if result.end is AttemptEnd.PREEMPTED:
-            self.stats["preempted"] += 1
+            self._stats["preempted"] += 1
             return Outcome(
                 task.id,
                 task.lock_token,
@@ -389,70 +394,18 @@ class Worker:
                 claimed=task,
                 **kept,
             )
-        self.stats["failed"] += 1
+        self._stats["failed"] += 1
         return Outcome(
             task.id,
             task.lock_token,
             OutcomeKind.FAILED,
             error=result.error or "failed",
-            retryable=result.retryable or result.end is AttemptEnd.TIMED_OUT,
+            retryable=failure_is_retryable(result.retryable, result.end is AttemptEnd.TIMED_OUT),
             claimed=task,
             **kept,
         )
 
-    # --- outcomes -----------------------------------------------------------------------------
-
-    async def _flusher(self) -> None:
-        """Write outcomes as they come, in batches, with up to ``flushes_in_flight`` batches
-        being written at once (group commit: what arrives during a write makes the next
-        batch)."""
-        while True:
-            await self._flush.wait()
-            self._flush.clear()
-            while (self._outcomes or self._logs) and (
-                len(self._flushing) < self.options.flushes_in_flight
-            ):
-                job = asyncio.create_task(self._flush_batches(max_batches=1))
-                self._flushing.add(job)
-                job.add_done_callback(self._flushed)
-
-    def _flushed(self, job: asyncio.Task[None]) -> None:
-        self._flushing.discard(job)
-        if self._outcomes or self._logs:
-            self._flush.set()
-
-    async def _flush_batches(
-        self, attempts: int | None = None, max_batches: int | None = None
-    ) -> None:
-        """Write the outcomes and logs gathered so far, one transaction per batch. If the store
-        is unreachable, keep them and try again; ``attempts`` bounds that at shutdown."""
-        tries = batches = 0
-        while (self._outcomes or self._logs) and (max_batches is None or batches < max_batches):
-            batch, self._outcomes = self._outcomes[:500], self._outcomes[500:]
-            logs, self._logs = self._logs[:2000], self._logs[2000:]
-            try:
-                done = await self.queue.finish(batch, actor=self.id, logs=logs)
-            except AgentQueueError as exc:
-                self._outcomes[:0] = batch
-                self._logs[:0] = logs
-                tries += 1
-                if self._stopping and attempts is None:
-                    return  # the final flush at shutdown tries again, a bounded number of times
-                if attempts is not None and tries >= attempts:
-                    log.error(
-                        "giving up on %d outcomes; their leases will lapse and the tasks will "
-                        "be retried: %s", len(self._outcomes), exc,
-                    )  # fmt: skip
-                    return
-                log.warning("could not record %d outcomes, will retry: %s", len(batch), exc)
-                await asyncio.sleep(1.0)
-                continue
-            batches += 1
-            for task_id, answer in done.items():
-                if isinstance(answer, Refusal):
-                    log.info("outcome for task %s not recorded: %s", task_id, answer.message)
-
-    # --- leases -------------------------------------------------------------------------------
+    # --- wake-ups -------------------------------------------------------------------------------
 
     def _heartbeat_interval(self) -> float:
         if self.options.heartbeat_secs is not None:
@@ -461,187 +414,12 @@ class Worker:
             return 0.5
         return max(0.5, self.queue.settings.queue.lease_ttl_secs / 3)
 
-    async def _heartbeats(self) -> None:
-        interval = self._heartbeat_interval()
-        while True:
-            await wait_event(self._beat_now, interval)
-            self._beat_now.clear()
-            held = [r.task for r in self._running.values() if not r.control.cancel.is_set()]
-            if not held:
-                continue
-            try:
-                reply = await self.queue.heartbeat(held)
-            except AgentQueueError as exc:
-                log.warning("heartbeat failed: %s", exc)
-                continue
-            for task_id, state in reply.lost.items():
-                running = self._running.get(task_id)
-                if running is None:
-                    continue
-                reason = (
-                    "cancelled"
-                    if state is TaskState.CANCELLED
-                    else f"lease lost (the task is {state.value if state else 'gone'})"
-                )
-                log.info("stopping task %s: %s", task_id, reason)
-                running.control.stop(reason)
-
-    def _revoke(self, payload: str) -> None:
-        for text in payload.split(","):
-            try:
-                task_id = UUID(text)
-            except ValueError:
-                continue
-            running = self._running.get(task_id)
-            if running is not None:
-                log.info("stopping task %s: its lease was revoked", task_id)
-                running.control.stop("lease revoked (cancelled or taken back)")
-
-    # --- notifications ------------------------------------------------------------------------
-
-    async def _listen(self) -> None:
-        """Turn notices into wake-ups (the slow poll covers a dropped listener)."""
-        await follow(self.queue.store, CHANNELS, self._on_notice, "worker")
-
-    def _on_notice(self, notice: Notice) -> None:
-        if notice.channel == CHANNEL_REVOKED:
-            self._revoke(notice.payload)
-            return
-        if notice.channel in (CHANNEL_TOOLS, CHANNEL_CHANGED):
-            self._tool_wake.set()
-        if notice.channel == CHANNEL_TOOLS:
-            return
-        if notice.channel == CHANNEL_QUEUED and notice.payload == "p0":
-            self._preempt_for_p0()
-        if notice.channel != CHANNEL_QUEUED:
-            self._scheduler_wake()
-        if notice.channel == CHANNEL_CHANGED:
-            # Some commit, maybe only a lease renewal: claim only if one read finds work queued.
-            self._probe_again = True
-            if self._probe is None or self._probe.done():
-                self._probe = asyncio.create_task(self._probe_queued())
-        elif notice.channel != CHANNEL_PENDING:
-            self._work_arrived()
-
-    async def _probe_queued(self) -> None:
-        # A commit seen while a read is under way may be after its snapshot: read again.
-        while self._probe_again:
-            self._probe_again = False
-            try:
-                hints = await self.queue.store.work_hints(self.queue.clock.now())
-            except AgentQueueError:
-                return
-            if hints.queued:
-                self._work_arrived()
-            if hints.p0_queued:
-                self._preempt_for_p0()
-
-    # --- tool runners ---------------------------------------------------------------------------
-
-    async def _tool_runner(self) -> None:
-        """Take awaited calls of this worker's tools, up to ``tool_concurrency`` at once, on
-        every notice that tasks began waiting and at least every ``poll_secs``."""
-        names = sorted(self.tools)
-        while not self._stopping:
-            room = self.options.tool_concurrency - len(self._tool_jobs)
-            if room > 0:
-                try:
-                    work = await take_tool_calls(
-                        await self.queue.runtime(),
-                        names,
-                        self.id,
-                        room,
-                        self.options.tool_lease_secs,
-                    )
-                except AgentQueueError as exc:
-                    log.warning("taking tool calls failed: %s", exc)
-                    work = []
-                for item in work:
-                    job = asyncio.create_task(self._run_tool(item))
-                    self._tool_jobs.add(job)
-                    job.add_done_callback(self._tool_done)
-                if len(work) == room:
-                    continue  # there may be more
-            await wait_event(self._tool_wake, self.options.poll_secs)
-            self._tool_wake.clear()
-
-    def _tool_done(self, job: asyncio.Task[None]) -> None:
-        self._tool_jobs.discard(job)
-        self._tool_wake.set()
-
-    async def _run_tool(self, work: ToolWork) -> None:
-        fn = self.tools[work.name]
-        self.stats["tool_calls"] += 1
-        try:
-            if is_async_callable(fn):
-                value = await fn(work.args)
-            else:
-                value = await asyncio.get_running_loop().run_in_executor(None, fn, work.args)
-        except Exception as exc:  # the tool's failure is the call's answer
-            value = {"error": f"{type(exc).__name__}: {exc}"[:2000]}
-        try:
-            await self.queue.submit_tool_result(work.task_id, work.call_id, value, actor=self.id)
-        except AgentQueueError as exc:  # not awaited any more (timed out, cancelled)
-            log.info("result of tool call %s of task %s not taken: %s", work.call_id,
-                     work.task_id, exc)  # fmt: skip
-
-    # --- preemption ----------------------------------------------------------------------------
-
-    def _preempt_for_p0(self) -> None:
-        """A P0 task is queued: if every slot of an executor is busy, ask its longest-running
-        task of low enough priority that has run long enough to yield (R11). A moment's wait
-        first: if a worker with a free slot claims the P0 task meanwhile, nothing is
-        preempted (several busy workers hear of the same task)."""
-        if not self.options.preempt or self._victims() == []:
-            return
-        if self._preempting is None or self._preempting.done():
-            self._preempting = asyncio.create_task(self._preempt_if_still_queued())
-
-    async def _preempt_if_still_queued(self) -> None:
-        await asyncio.sleep(PREEMPT_SETTLE_SECS)
-        try:
-            wanted = await self.queue.store.queued_p0()
-        except AgentQueueError:
-            return
-        if wanted:
-            for victim in self._victims(wanted):
-                log.info("asking task %s (P%d) to yield its slot to a P0 task", victim.task.id,
-                         victim.task.priority)  # fmt: skip
-                victim.control.request_yield()
-
-    def _victims(self, wanted: Sequence[tuple[str | None, str]] | None = None) -> list[_Running]:
-        """For each executor with every slot busy and none yielding yet (and, given the queued
-        P0 tasks' (agent, task_type), only executors that could run one of them): its task to
-        preempt, if one is of low enough priority and has run long enough."""
-        victims = []
-        now = self.queue.clock.now()
-        for executor in self.executors:
-            if wanted is not None and not any(
-                agent in executor.agents if agent is not None else task_type in executor.task_types
-                for agent, task_type in wanted
-            ):
-                continue
-            mine = [r for r in self._running.values() if r.executor is executor]
-            if len(mine) < executor.max_concurrent or any(r.control.yielding.is_set()
-                                                          for r in mine):  # fmt: skip
-                continue
-            candidates = [
-                r
-                for r in mine
-                if r.task.priority >= self.options.preempt_min_priority
-                and r.task.started_at is not None
-                and (now - r.task.started_at).total_seconds() > self.options.preempt_after_secs
-            ]
-            if candidates:
-                victims.append(min(candidates, key=lambda r: (-r.task.priority, r.task.started_at)))
-        return victims
-
     def _scheduler_wake(self) -> None:
         if self.scheduler is not None:
             self.scheduler.wake.set()
 
     def _work_arrived(self) -> None:
-        self._empty.clear()
+        self.claimer.work_arrived()
         self._wake.set()
 
     # --- shutdown -----------------------------------------------------------------------------

@@ -88,11 +88,15 @@ class PostgresDialect:
         self._url = url
         self._wait_secs = wait_secs
         self.commits = 0
-        self._pool: AsyncConnectionPool[Connection] = AsyncConnectionPool(
-            url,
+        self._sizes = (min_size, max_size)
+        self._pool = self._new_pool()
+
+    def _new_pool(self) -> AsyncConnectionPool[Connection]:
+        return AsyncConnectionPool(
+            self._url,
             connection_class=Connection,
-            min_size=min_size,
-            max_size=max_size,
+            min_size=self._sizes[0],
+            max_size=self._sizes[1],
             open=False,
             kwargs={"row_factory": dict_row, "autocommit": True, "options": "-c TimeZone=UTC"},
             name="agentqueue",
@@ -102,6 +106,8 @@ class PostgresDialect:
         """Open the pool. A permanent fault (no such database, a wrong password, a bad option)
         fails at once; a passing one is tried again for up to ``wait_secs``."""
         wait = self._wait_secs if wait_secs is None else wait_secs
+        if self._pool.closed:
+            self._pool = self._new_pool()  # a pool once closed cannot be opened again
         passing = await self._probe()
         try:
             await self._pool.open(wait=True, timeout=wait)

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ...domain.errors import FieldProblem
-from ...domain.guardrails import first_match
-from ...domain.models import Task
-from ...domain.states import HOLD_APPROVAL, HOLD_DEPENDENCIES
-from ...spec import TaskSpec
+from ..domain.errors import FieldProblem
+from ..domain.guardrails import first_match
+from ..domain.models import Task
+from ..domain.states import HOLD_APPROVAL, HOLD_DEPENDENCIES
+from ..spec import TaskSpec
 from .base import Hold, PipelineContext, Routable, Route
 
 

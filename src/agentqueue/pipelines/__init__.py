@@ -4,7 +4,7 @@ named in ``[pipelines] modules``.
 A kind is added by a module that defines a class following :class:`Pipeline` (built from a
 :class:`PipelineContext`) and registers it::
 
-    from agentqueue.scheduler.pipelines import register_kind
+    from agentqueue.pipelines import register_kind
 
     @register_kind("review")
     class ReviewPipeline: ...
@@ -18,10 +18,10 @@ import importlib
 from collections.abc import Callable
 from typing import TypeVar
 
-from ...config import Settings
-from ...domain.errors import ConfigError
-from ...domain.guardrails import Guardrail
-from ...spec import TaskSpec
+from ..config import Settings
+from ..domain.errors import ConfigError
+from ..domain.guardrails import Guardrail
+from ..spec import TaskSpec
 from .base import AgentBook, AgentProfile, Hold, Pipeline, PipelineContext, Routable, Route
 from .mail import MailPipeline
 from .task import TaskPipeline

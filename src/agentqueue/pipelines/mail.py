@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ...domain.errors import FieldProblem
-from ...domain.models import Task
-from ...spec import TaskSpec
+from ..domain.errors import FieldProblem
+from ..domain.models import Task
+from ..spec import TaskSpec
 from .base import Hold, PipelineContext, Routable, Route
 
 

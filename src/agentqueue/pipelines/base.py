@@ -19,11 +19,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from ...config import Settings
-from ...domain.errors import FieldProblem
-from ...domain.guardrails import Guardrail
-from ...domain.models import Task
-from ...spec import TaskSpec
+from ..config import Settings
+from ..domain.errors import FieldProblem
+from ..domain.guardrails import Guardrail
+from ..domain.models import Task
+from ..spec import TaskSpec
 
 
 class Routable(Protocol):
@@ -144,7 +144,7 @@ class PipelineContext:
 
 class Pipeline(Protocol):
     """The path of one kind of work. Implementations are registered with
-    :func:`agentqueue.scheduler.pipelines.register_kind`."""
+    :func:`agentqueue.pipelines.register_kind`."""
 
     kind: str
     guarded: bool

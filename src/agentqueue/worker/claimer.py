@@ -1,0 +1,136 @@
+"""The claimer: claims work for the executors' free slots, in batches, a few claims at once.
+
+An executor whose last claim came back short is left alone until new work is announced (a
+notice) or the slow poll finds work queued. While the database is away, claims stop; the poll
+keeps trying, with a growing pause, and claiming resumes when it answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from uuid import UUID
+
+from ..domain.errors import AgentQueueError, StoreUnavailable
+from ..domain.models import Task
+from ..executors.base import Executor
+from ..store.base import WorkHints
+from ..supervise import Outage, Supervisor
+from .running import Running
+
+log = logging.getLogger("agentqueue.worker")
+
+Claim = Callable[[int, Sequence[str], Sequence[str]], Awaitable[list[Task]]]
+"""Claim up to n tasks of these task types for these agents."""
+Start = Callable[[Task, Executor, float], None]
+"""Start running a claimed task (given when its claim was sent, ``time.monotonic()``)."""
+
+
+class Claimer:
+    """Keeps the executors' slots filled."""
+
+    def __init__(
+        self,
+        claim: Claim,
+        work_hints: Callable[[], Awaitable[WorkHints]],
+        executors: Sequence[Executor],
+        running: Mapping[UUID, Running],
+        start: Start,
+        jobs: Supervisor,
+        *,
+        concurrency: int,
+        batch: int,
+        in_flight: int,
+        on_dry: Callable[[], None],
+        on_claimed: Callable[[], None],
+    ) -> None:
+        self.claim = claim
+        self.work_hints = work_hints
+        self.executors = list(executors)
+        self.running = running
+        self.start = start
+        self.jobs = jobs
+        self.concurrency = concurrency
+        self.batch = batch
+        self.in_flight = in_flight
+        self.on_dry = on_dry
+        self.on_claimed = on_claimed
+        self.claimed = 0
+        self._reserved: dict[str, int] = {e.name: 0 for e in executors}
+        self._empty: set[str] = set()
+        self._claiming: set[asyncio.Task[None]] = set()
+        self._outage = Outage(log)
+        self._next_poll = 0.0
+
+    @property
+    def claiming(self) -> set[asyncio.Task[None]]:
+        """Claims under way."""
+        return self._claiming
+
+    def work_arrived(self) -> None:
+        """News of queued work: every executor may claim again."""
+        self._empty.clear()
+
+    def fill(self) -> None:
+        """Start claims for executors with free slots: batches of ``batch``, at most
+        ``in_flight`` at once, so the database works on one while the worker handles
+        another."""
+        for executor in self.executors:
+            while len(self._claiming) < self.in_flight and executor.name not in self._empty:
+                reserved = sum(self._reserved.values())
+                free_total = self.concurrency - len(self.running) - reserved
+                busy = sum(1 for r in self.running.values() if r.executor is executor)
+                free = min(
+                    executor.max_concurrent - busy - self._reserved[executor.name],
+                    free_total,
+                    self.batch,
+                )
+                if free <= 0:
+                    break
+                self._reserved[executor.name] += free
+                name = f"agentqueue-claim-{executor.name}"
+                job = self.jobs.start(self._claim(executor, free), name)
+                self._claiming.add(job)
+                job.add_done_callback(self._claiming.discard)
+
+    async def _claim(self, executor: Executor, n: int) -> None:
+        sent = time.monotonic()
+        try:
+            tasks = await self.claim(n, sorted(executor.task_types), sorted(executor.agents))
+        except StoreUnavailable as exc:
+            self._empty.add(executor.name)  # until the poll finds the database and work again
+            pause = self._outage.failed(exc, "claiming")
+            self._next_poll = time.monotonic() + pause
+            return
+        except AgentQueueError as exc:
+            log.warning("claim failed, will retry: %s", exc)
+            self._empty.add(executor.name)  # until the next poll
+            return
+        finally:
+            self._reserved[executor.name] -= n
+        self._outage.ok("claiming")
+        self.claimed += len(tasks)
+        for task in tasks:
+            self.start(task, executor, sent)
+        if len(tasks) < n:
+            self._empty.add(executor.name)
+            self.on_dry()  # the queue ran dry here: admit what is pending
+        self.on_claimed()
+
+    async def poll(self) -> None:
+        """The safety net behind notifications: if anything is queued, look again everywhere
+        (one read; nothing is written while the queue is idle)."""
+        if not self._empty or time.monotonic() < self._next_poll:
+            return
+        try:
+            hints = await self.work_hints()
+        except StoreUnavailable as exc:
+            self._next_poll = time.monotonic() + self._outage.failed(exc, "claiming")
+            return
+        except AgentQueueError:
+            return
+        self._outage.ok("claiming")
+        if hints.queued:
+            self._empty.clear()

@@ -1,0 +1,434 @@
+"""The worker's parts one at a time: the supervision helper, the outcome flusher, the lease
+keeper and its guard, the claimer, notice routing, tool runs and preemption. Database work goes
+to the real store; a passing outage is made by a step that raises StoreUnavailable before
+handing over to the real operation."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, TypeVar
+from uuid import UUID, uuid4
+
+import pytest
+
+from agentqueue import AsyncQueue, Task, TaskState
+from agentqueue.domain.errors import LoopFailed, StoreUnavailable
+from agentqueue.domain.states import Refusal
+from agentqueue.executors.base import AttemptControl, AttemptResult
+from agentqueue.service.execution import Outcome, OutcomeKind
+from agentqueue.service.tools import ToolWork
+from agentqueue.store.base import (
+    CHANNEL_CHANGED,
+    CHANNEL_PENDING,
+    CHANNEL_QUEUED,
+    CHANNEL_REVOKED,
+    CHANNEL_TOOLS,
+    Notice,
+)
+from agentqueue.supervise import Outage, Supervisor, cancel_requested
+from agentqueue.worker.claimer import Claimer
+from agentqueue.worker.flusher import OutcomeFlusher
+from agentqueue.worker.lease_keeper import LEASE_GUARD, LeaseKeeper
+from agentqueue.worker.notices import NoticeRouter, Wakeups
+from agentqueue.worker.preemption import Preemptor
+from agentqueue.worker.running import Running
+from agentqueue.worker.tools import ToolRunner
+
+T = TypeVar("T")
+log = logging.getLogger("agentqueue.test")
+DOWN = StoreUnavailable("PostgreSQL is unavailable: terminating connection")
+
+
+def failing_first(times: int, action: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
+    """``action``, after raising StoreUnavailable ``times`` times (the database away)."""
+    left = [times]
+
+    async def call(*args: Any, **kwargs: Any) -> T:
+        if left[0] > 0:
+            left[0] -= 1
+            raise DOWN
+        return await action(*args, **kwargs)
+
+    return call
+
+
+@dataclass
+class Slots:
+    """An executor as the parts see it (they never run it)."""
+
+    name: str = "handlers"
+    task_types: frozenset[str] = frozenset({"bugfix"})
+    agents: frozenset[str] = frozenset()
+    max_concurrent: int = 2
+    started: list[Task] = field(default_factory=list)
+
+    async def run(self, task: Task, control: AttemptControl) -> AttemptResult:
+        raise AssertionError("not run here")
+
+
+def running(task: Task, executor: Any = None, renewed_at: float | None = None) -> Running:
+    control = AttemptControl(deadline=time.monotonic() + 60)
+    return Running(task, executor or Slots(), control, renewed_at or time.monotonic())
+
+
+async def claimed(queue: AsyncQueue, n: int) -> list[Task]:
+    await queue.submit_many([{"title": f"t{i}", "task_type": "bugfix"} for i in range(n)])
+    await queue.admit()
+    return await queue.claim(n, "w1")
+
+
+# --- supervision ------------------------------------------------------------------------------
+
+
+async def test_an_outage_is_logged_once_paced_and_its_end_reported(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    outage = Outage(log, first=0.2, longest=1.0)
+    with caplog.at_level(logging.INFO, "agentqueue.test"):
+        pauses = [outage.failed(DOWN, "recording 3 outcomes") for _ in range(5)]
+        outage.ok()
+        outage.ok()
+    assert pauses == [0.2, 0.4, 0.8, 1.0, 1.0]
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines[0] == (
+        "database unavailable (PostgreSQL is unavailable: terminating connection); "
+        "recording 3 outcomes again in 0.2 s"
+    )
+    assert len(lines) == 2 and lines[1].startswith("database reachable again after ")
+    assert outage.failed(DOWN, "x") == 0.2  # a new outage starts from the first pause
+
+
+async def test_a_job_that_dies_is_logged_with_its_traceback_and_fails_its_owner(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    woken = asyncio.Event()
+    jobs = Supervisor(log, on_failure=woken.set)
+
+    async def broken() -> None:
+        raise KeyError("oops")
+
+    jobs.start(broken(), "agentqueue-broken")
+    quiet = jobs.start(asyncio.sleep(60), "agentqueue-quiet")
+    await asyncio.wait_for(woken.wait(), 5)
+    assert jobs.failed.is_set()
+    record = next(r for r in caplog.records if "agentqueue-broken died" in r.getMessage())
+    assert record.levelno == logging.ERROR and record.exc_info is not None
+    with pytest.raises(LoopFailed, match="agentqueue-broken died: KeyError"):
+        jobs.check()
+    await jobs.close()
+    assert quiet.cancelled() and not jobs.jobs
+
+
+async def test_close_ends_a_job_that_swallowed_its_first_cancel() -> None:
+    jobs = Supervisor(log)
+    rounds = []
+
+    async def stubborn() -> None:
+        while True:
+            try:
+                await asyncio.sleep(60)
+            except asyncio.CancelledError:
+                rounds.append(cancel_requested())
+                if len(rounds) > 1:
+                    raise
+                asyncio.current_task().uncancel()  # type: ignore[union-attr]
+
+    job = jobs.start(stubborn(), "agentqueue-stubborn")
+    await asyncio.sleep(0)
+    await asyncio.wait_for(jobs.close(), 5)
+    assert job.cancelled() and len(rounds) == 2
+
+
+# --- outcome flusher ----------------------------------------------------------------------------
+
+
+async def test_outcomes_are_kept_through_an_outage_and_written_once_it_ends(
+    queue: AsyncQueue,
+) -> None:
+    tasks = await claimed(queue, 3)
+
+    async def finish(outcomes: list[Outcome], logs: list[Any]) -> dict[UUID, Task | Refusal]:
+        return await queue.finish(outcomes, actor="w1", logs=logs)
+
+    jobs = Supervisor(log)
+    flusher = OutcomeFlusher(failing_first(2, finish), jobs, in_flight=2)
+    loop = jobs.start(flusher.run(), "agentqueue-flush")
+    for task in tasks:
+        assert task.lock_token is not None
+        flusher.add(Outcome(task.id, task.lock_token, OutcomeKind.COMPLETED, claimed=task))
+    for _ in range(100):
+        if flusher.written == 3:
+            break
+        await asyncio.sleep(0.05)
+    await jobs.close({loop})
+    await flusher.close(patience_secs=1)
+    assert flusher.written == 3 and flusher.pending == 0
+    assert {(await queue.get(t.id)).state for t in tasks} == {TaskState.COMPLETED}
+
+
+async def test_an_outcome_sent_again_after_its_lease_moved_on_is_a_refusal(
+    queue: AsyncQueue, caplog: pytest.LogCaptureFixture
+) -> None:
+    [task] = await claimed(queue, 1)
+    assert task.lock_token is not None
+    done = Outcome(task.id, task.lock_token, OutcomeKind.COMPLETED, claimed=task)
+    stale = Outcome(task.id, uuid4(), OutcomeKind.FAILED, error="late", claimed=task)
+    answer = await queue.finish([stale], actor="w1")
+    assert isinstance(answer[task.id], Refusal)  # a stale token: refused, not raised
+    assert isinstance((await queue.finish([done], actor="w1"))[task.id], Task)
+    again = await queue.finish([done], actor="w1")
+    assert isinstance(again[task.id], Refusal)  # sent twice: the second changes nothing
+    assert (await queue.get(task.id)).state is TaskState.COMPLETED
+
+    # The flusher writes both attempts of one task (claimed again before the first outcome was
+    # written) in separate batches, and goes on past the refusal.
+    async def finish(outcomes: list[Outcome], logs: list[Any]) -> dict[UUID, Task | Refusal]:
+        assert len({o.task_id for o in outcomes}) == len(outcomes)
+        return await queue.finish(outcomes, actor="w1", logs=logs)
+
+    flusher = OutcomeFlusher(finish, Supervisor(log))
+    flusher.add(stale)
+    flusher.add(done)
+    with caplog.at_level(logging.INFO, "agentqueue.worker"):
+        await flusher.close(patience_secs=1)
+    assert flusher.written == 2
+    assert sum("not recorded" in r.getMessage() for r in caplog.records) == 2
+
+
+async def test_at_shutdown_outcomes_are_given_up_only_after_the_patience(
+    queue: AsyncQueue, caplog: pytest.LogCaptureFixture
+) -> None:
+    [task] = await claimed(queue, 1)
+    assert task.lock_token is not None
+
+    async def never(outcomes: list[Outcome], logs: list[Any]) -> dict[UUID, Task | Refusal]:
+        raise DOWN
+
+    flusher = OutcomeFlusher(never, Supervisor(log))
+    flusher.add(Outcome(task.id, task.lock_token, OutcomeKind.COMPLETED, claimed=task))
+    started = time.monotonic()
+    await flusher.close(patience_secs=0.5)
+    assert 0.2 <= time.monotonic() - started < 2
+    assert flusher.pending == 1
+    assert any("giving up on 1 outcomes" in r.getMessage() for r in caplog.records)
+
+
+# --- lease keeper -----------------------------------------------------------------------------
+
+
+async def test_heartbeats_renew_the_leases_of_running_attempts(queue: AsyncQueue) -> None:
+    [task] = await claimed(queue, 1)
+    attempt = running(task, renewed_at=time.monotonic() - 0.5)
+    before = attempt.renewed_at
+    keeper = LeaseKeeper(queue.heartbeat, {task.id: attempt}, interval_secs=0.05, lease_secs=1)
+    job = asyncio.create_task(keeper.run())
+    await asyncio.sleep(0.7)  # past the guard, had the heartbeats not held
+    job.cancel()
+    assert attempt.renewed_at > before and not attempt.control.cancel.is_set()
+    assert keeper.guarded == 0
+
+
+@pytest.mark.parametrize("fault", ["refused", "hangs"])
+async def test_heartbeats_failing_past_the_guard_stop_the_attempt_before_its_lease_lapses(
+    queue: AsyncQueue, fault: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    [task] = await claimed(queue, 1)
+    attempt = running(task)
+
+    async def heartbeat(tasks: list[Task]) -> Any:
+        if fault == "hangs":
+            await asyncio.sleep(60)
+        raise DOWN
+
+    keeper = LeaseKeeper(
+        heartbeat, {task.id: attempt}, interval_secs=0.1, lease_secs=1.0, guard=0.5
+    )
+    job = asyncio.create_task(keeper.run())
+    await asyncio.wait_for(attempt.control.cancel.wait(), 2)
+    stopped_after = time.monotonic() - attempt.renewed_at
+    job.cancel()
+    assert 0.5 <= stopped_after < 0.9  # at the guard, before the lease (1 s) lapses
+    assert attempt.control.cancel_reason == LEASE_GUARD
+    assert keeper.guarded == 1
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert sum(m.startswith("database unavailable") for m in warnings) == 1
+    assert any("stopping 1 running attempt(s)" in m for m in warnings)
+
+
+async def test_a_lost_lease_and_a_revocation_stop_their_attempts(queue: AsyncQueue) -> None:
+    first, second = await claimed(queue, 2)
+    await queue.cancel(first.id, reason="not needed")
+    attempts = {t.id: running(t) for t in (first, second)}
+    keeper = LeaseKeeper(queue.heartbeat, attempts, interval_secs=0.05, lease_secs=5)
+    job = asyncio.create_task(keeper.run())
+    await asyncio.wait_for(attempts[first.id].control.cancel.wait(), 2)
+    job.cancel()
+    assert attempts[first.id].control.cancel_reason == "cancelled"
+    assert not attempts[second.id].control.cancel.is_set()
+    keeper.revoke(f"{second.id},not-a-uuid")
+    assert attempts[second.id].control.cancel.is_set()
+
+
+# --- claimer ----------------------------------------------------------------------------------
+
+
+async def test_the_claimer_stops_during_an_outage_and_claims_again_when_it_ends(
+    queue: AsyncQueue,
+) -> None:
+    await queue.submit_many([{"title": f"t{i}", "task_type": "bugfix"} for i in range(3)])
+    await queue.admit()
+    executor = Slots(max_concurrent=5)
+    started: list[Task] = []
+    woken: list[str] = []
+
+    async def claim(n: int, types: Any, agents: Any) -> list[Task]:
+        return await queue.claim(n, "w1", types, agents)
+
+    async def hints() -> Any:
+        return await queue.store.work_hints(queue.clock.now())
+
+    jobs = Supervisor(log)
+    claimer = Claimer(
+        failing_first(1, claim),
+        failing_first(1, hints),
+        [executor],
+        {},
+        lambda task, _executor, _sent: started.append(task),
+        jobs,
+        concurrency=5,
+        batch=10,
+        in_flight=1,
+        on_dry=lambda: woken.append("scheduler"),
+        on_claimed=lambda: woken.append("worker"),
+    )
+    claimer.fill()
+    await jobs.wait_all(claimer.claiming)
+    assert started == []
+    claimer.fill()  # the executor waits for the poll
+    assert not claimer.claiming
+    for _ in range(3):  # the first poll fails too; a later one finds the queued work
+        await asyncio.sleep(0.5)
+        await claimer.poll()
+    claimer.fill()
+    await jobs.wait_all(claimer.claiming)
+    assert len(started) == 3 and claimer.claimed == 3
+    assert woken == ["scheduler", "worker"]  # came back short: the queue ran dry
+
+
+# --- notices, tools, preemption -----------------------------------------------------------------
+
+
+async def test_notices_lead_to_their_wakeups(queue: AsyncQueue) -> None:
+    calls: list[str] = []
+    router = NoticeRouter(
+        queue.store,
+        lambda: queue.store.work_hints(queue.clock.now()),
+        Wakeups(
+            revoke=lambda payload: calls.append(f"revoke {payload}"),
+            tools=lambda: calls.append("tools"),
+            work=lambda: calls.append("work"),
+            p0=lambda: calls.append("p0"),
+            scheduler=lambda: calls.append("scheduler"),
+        ),
+        Supervisor(log),
+    )
+    for channel, payload in [(CHANNEL_REVOKED, "a,b"), (CHANNEL_TOOLS, ""),
+                             (CHANNEL_QUEUED, "p0"), (CHANNEL_PENDING, "")]:  # fmt: skip
+        router.route(Notice(channel, payload))
+    assert calls == ["revoke a,b", "tools", "p0", "work", "scheduler"]
+    calls.clear()
+    await queue.submit(title="t", task_type="bugfix")
+    await queue.admit()
+    router.route(Notice(CHANNEL_CHANGED))  # a bare commit: one read says whether work waits
+    await asyncio.wait_for(asyncio.gather(*router.jobs.jobs), 5)
+    assert calls == ["tools", "scheduler", "work"]
+
+
+async def test_tool_runs_go_on_through_an_outage() -> None:
+    work = ToolWork(uuid4(), "default", "call-1", "search", {"q": "x"})
+    given = [[work]]
+    answers: list[Any] = []
+
+    async def take(names: list[str], room: int) -> list[ToolWork]:
+        return given.pop() if given else []
+
+    async def answer(task_id: UUID, call_id: str, value: Any) -> object:
+        answers.append((task_id, call_id, value))
+        return None
+
+    jobs = Supervisor(log)
+    runner = ToolRunner(
+        {"search": lambda args: {"hits": [args["q"]]}},
+        failing_first(1, take),
+        failing_first(2, answer),
+        jobs,
+        concurrency=2,
+        poll_secs=0.05,
+    )
+    loop = jobs.start(runner.run(), "agentqueue-tools")
+    for _ in range(100):
+        if answers:
+            break
+        await asyncio.sleep(0.05)
+    await jobs.close({loop})
+    await jobs.wait_all(runner.running)
+    assert answers == [(work.task_id, "call-1", {"hits": ["x"]})] and runner.calls == 1
+
+
+async def test_a_full_executor_yields_its_least_urgent_long_running_task(
+    queue: AsyncQueue,
+) -> None:
+    now = queue.clock.now()
+    executor = Slots(max_concurrent=2)
+    first, second = await claimed(queue, 2)
+    urgent = first.evolve(priority=2, started_at=now - timedelta(seconds=60))
+    idle = second.evolve(priority=8, started_at=now - timedelta(seconds=10))
+    attempts = {t.id: running(t, executor) for t in (urgent, idle)}
+
+    async def queued_p0() -> list[tuple[str | None, str]]:
+        return [(None, "bugfix")]
+
+    preemptor = Preemptor([executor], attempts, queued_p0, queue.clock.now, Supervisor(log),
+                          enabled=True, after_secs=3, min_priority=7)  # fmt: skip
+    assert [r.task.id for r in preemptor.victims()] == [idle.id]
+    assert preemptor.victims([(None, "docs")]) == []  # it could not run the P0 task
+    preemptor.p0_queued()
+    await asyncio.wait_for(asyncio.gather(*preemptor.jobs.jobs), 5)
+    assert attempts[idle.id].control.yielding.is_set()
+    assert preemptor.victims() == []  # already yielding
+
+
+# --- the worker as a whole ----------------------------------------------------------------------
+
+
+async def test_a_part_that_dies_stops_the_worker_with_loop_failed(
+    db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    from agentqueue.config import Settings
+
+    queue = AsyncQueue(db_url, settings=Settings(worker={"poll_secs": 0.1}))
+
+    @queue.handler("bugfix")
+    async def fix(task: Task, ctx: Any) -> None:
+        await asyncio.sleep(60)
+
+    await queue.submit(title="t", task_type="bugfix")
+    worker = queue.worker(run_scheduler=True, grace_secs=5)
+
+    async def broken() -> None:
+        await asyncio.sleep(0.5)
+        raise RuntimeError("a bug in the lease keeper")
+
+    worker.lease_keeper.run = broken  # type: ignore[method-assign]
+    with pytest.raises(LoopFailed, match="agentqueue-heartbeat died: RuntimeError"):
+        await asyncio.wait_for(worker.run(), 20)
+    assert any("a bug in the lease keeper" in r.getMessage() and r.exc_info
+               for r in caplog.records)  # fmt: skip
+    # The running attempt was stopped and handed back, not left behind.
+    assert worker.running == 0
+    await queue.close()
