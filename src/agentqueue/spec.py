@@ -27,6 +27,7 @@ from .domain.errors import FieldProblem, InvalidInput
 from .domain.models import SOURCES
 from .domain.priority import DEFAULT_PRIORITY, parse_priority
 from .domain.retry import DEFAULT_MAX_RETRIES, P0_MAX_RETRIES
+from .domain.values import NUL_PROBLEM, nul_path
 
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
 DEFAULT_TENANT = "default"
@@ -129,6 +130,14 @@ class TaskSpec(BaseModel):
             return parse_priority(value)
         except InvalidInput as exc:
             raise ValueError(exc.problems[0].message) from None
+
+    @field_validator("*")
+    @classmethod
+    def _storable(cls, value: Any, info: ValidationInfo) -> Any:
+        where = nul_path(value)
+        if where is not None:
+            raise ValueError(NUL_PROBLEM if not where else f"{where}: {NUL_PROBLEM}")
+        return value
 
     @field_validator("payload")
     @classmethod

@@ -10,14 +10,15 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 from uuid import UUID, uuid4
 
 import pytest
 
 from agentqueue import AsyncQueue, Task, TaskState
-from agentqueue.domain.errors import LoopFailed, StoreUnavailable
+from agentqueue.domain.errors import LoopFailed, StoreError, StoreUnavailable
+from agentqueue.domain.models import LogRecord
 from agentqueue.domain.states import Refusal
 from agentqueue.executors.base import AttemptControl, AttemptResult
 from agentqueue.service.execution import Outcome, OutcomeKind
@@ -213,9 +214,43 @@ async def test_at_shutdown_outcomes_are_given_up_only_after_the_patience(
     flusher.add(Outcome(task.id, task.lock_token, OutcomeKind.COMPLETED, claimed=task))
     started = time.monotonic()
     await flusher.close(patience_secs=0.5)
-    assert 0.2 <= time.monotonic() - started < 2
+    assert time.monotonic() - started >= 0.2  # it waited out its patience before giving up
     assert flusher.pending == 1
     assert any("giving up on 1 outcomes" in r.getMessage() for r in caplog.records)
+
+
+async def test_an_outcome_no_write_can_take_is_dropped_alone_and_the_rest_recorded(
+    queue: AsyncQueue, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A batch that fails for a reason waiting cannot mend is written one outcome at a time:
+    the others and the logs are recorded, the one that still fails is dropped with an error
+    (its lease lapses and the scheduler retries it), and nothing is retried for ever."""
+    tasks = await claimed(queue, 3)
+    bad = tasks[1].id
+
+    async def finish(outcomes: list[Outcome], logs: list[Any]) -> dict[UUID, Task | Refusal]:
+        if any(o.task_id == bad for o in outcomes):
+            raise StoreError("PostgreSQL: a value this database refuses")
+        return await queue.finish(outcomes, actor="w1", logs=logs)
+
+    flusher = OutcomeFlusher(finish, Supervisor(log))
+    at = datetime.now(UTC)
+    for task in tasks:
+        assert task.lock_token is not None
+        record = LogRecord(task.id, task.tenant, 1, "stdout", at, f"out {task.title}", False)
+        outcome = Outcome(task.id, task.lock_token, OutcomeKind.COMPLETED, claimed=task)
+        flusher.add(outcome, [record])
+    with caplog.at_level(logging.INFO, "agentqueue.worker"):
+        assert await flusher.write_once() == 0.0
+    assert flusher.pending == 0 and flusher.written == 2
+    states = {t.id: (await queue.get(t.id)).state for t in tasks}
+    assert states == {
+        tasks[0].id: TaskState.COMPLETED,
+        bad: TaskState.EXECUTING,
+        tasks[2].id: TaskState.COMPLETED,
+    }
+    assert [r.text for r in await queue.logs(tasks[2].id)] == [f"out {tasks[2].title}"]
+    assert any(f"dropping the outcome for task {bad}" in r.getMessage() for r in caplog.records)
 
 
 # --- lease keeper -----------------------------------------------------------------------------

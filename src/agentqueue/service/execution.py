@@ -7,7 +7,7 @@ the lease no longer holds, so two executors never both finish one task.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -17,6 +17,7 @@ from ..domain.audit import canonical_json
 from ..domain.errors import InvalidInput
 from ..domain.models import LogRecord, Task
 from ..domain.states import Action, Refusal, RefusalKind, Request, TaskState, bulk_event
+from ..domain.values import NUL, NUL_PROBLEM, nul_path, without_nul
 from ..store import Lease
 from ..store.base import ClaimParams
 from .records import apply_decisions, decide_and_apply
@@ -133,6 +134,8 @@ async def finish(
     or a refusal. Completions are written set-wise in one statement; every other outcome, and
     every completion that statement could not make (its lease moved on), is decided row by row
     in one transaction, with the logs."""
+    outcomes = [storable(o) for o in outcomes]
+    logs = [replace(r, text=without_nul(r.text)) for r in logs]
     by_id = {o.task_id: o for o in outcomes}
     if len(by_id) != len(outcomes):
         raise InvalidInput("reports the same task twice", "outcomes")
@@ -158,7 +161,7 @@ async def finish(
         )
 
     completing = [o for o in outcomes if o.kind is OutcomeKind.COMPLETED]
-    items = [(o.task_id, o.lock_token, _checked_result(o.result)) for o in completing]
+    items = [(o.task_id, o.lock_token, o.result) for o in completing]
     heads = (
         await rt.store.complete(
             items,
@@ -228,18 +231,52 @@ def _completed(claimed: Task, result: Any, now: datetime, head: tuple[int, str])
     )
 
 
-def _checked_result(value: Any) -> Any:
+def storable(outcome: Outcome) -> Outcome:
+    """The outcome as it can be stored on every backend: free text (error, reason) with NUL
+    characters replaced; a result, checkpoint or tool call holding one makes the attempt fail
+    (not retryable: it would report the same again), naming the field, rather than leave a
+    batch of outcomes that no database write can take."""
+    problem = _result_problem(outcome.result) if outcome.kind is OutcomeKind.COMPLETED else None
+    for name in ("result", "checkpoint", "tool_call"):
+        if problem is None and (where := nul_path(getattr(outcome, name), name)) is not None:
+            problem = f"{where}: {NUL_PROBLEM}"
+    if problem is not None:
+        return replace(
+            outcome,
+            kind=OutcomeKind.FAILED,
+            result=None,
+            tool_call=None,
+            checkpoint=None,
+            checkpointed=False,
+            retryable=False,
+            error=problem,
+        )
+    if outcome.error is not None and NUL in outcome.error:
+        outcome = replace(outcome, error=without_nul(outcome.error))
+    if NUL in outcome.reason:
+        outcome = replace(outcome, reason=without_nul(outcome.reason))
+    return outcome
+
+
+def _result_problem(value: Any) -> str | None:
+    """Why a result cannot be kept (not JSON, or over MAX_RESULT_BYTES), or None."""
     try:
         size = len(canonical_json(value).encode())
     except (TypeError, ValueError) as exc:
-        raise InvalidInput(f"not JSON: {exc}", "result") from None
+        return f"result: not JSON: {exc}"
     if size > MAX_RESULT_BYTES:
-        raise InvalidInput(f"{size} bytes, over the limit of {MAX_RESULT_BYTES}", "result")
-    return value
+        return f"result: {size} bytes, over the limit of {MAX_RESULT_BYTES}"
+    return None
 
 
 async def finish_one(rt: Runtime, outcome: Outcome, actor: str) -> Task:
-    """Record one outcome; raise LeaseLost (or TransitionRefused) if it is refused."""
+    """Record one outcome; raise LeaseLost (or TransitionRefused) if it is refused, and
+    InvalidInput, writing nothing, if its result cannot be kept (a batch from a worker fails
+    that attempt instead: see ``storable``)."""
+    checked = storable(outcome)
+    if checked.kind is not outcome.kind:
+        where, _, problem = (checked.error or "").partition(": ")
+        raise InvalidInput(problem, where)
     result = (await finish(rt, [outcome], actor))[outcome.task_id]
     if isinstance(result, Refusal):
         raise result.error()

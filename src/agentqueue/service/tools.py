@@ -17,6 +17,7 @@ from ..domain.audit import canonical_json
 from ..domain.errors import InvalidInput, NotFound
 from ..domain.models import Task
 from ..domain.states import TOOL_RUNNING, TOOL_WAITING, Action, Request
+from ..domain.values import NUL_PROBLEM, nul_path
 from .records import ADMITTER, decide_and_apply
 from .runtime import Runtime
 
@@ -61,6 +62,9 @@ def _check_result(result: Any) -> None:
         raise InvalidInput(f"not JSON: {exc}", "result") from None
     if size > MAX_TOOL_RESULT_BYTES:
         raise InvalidInput(f"{size} bytes, over the limit of {MAX_TOOL_RESULT_BYTES}", "result")
+    where = nul_path(result, "result")
+    if where is not None:
+        raise InvalidInput(NUL_PROBLEM, where)
 
 
 async def time_out_tool_calls(rt: Runtime, limit: int = 500) -> list[Task]:

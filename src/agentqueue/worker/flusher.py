@@ -104,18 +104,50 @@ class OutcomeFlusher:
             return 0.0
         try:
             done = await self.finish(batch, logs)
-        except AgentQueueError as exc:
+        except StoreUnavailable as exc:
             self.outcomes[:0] = batch
             self.logs[:0] = logs
-            if isinstance(exc, StoreUnavailable):
-                return self._outage.failed(exc, f"recording {len(self.outcomes)} outcomes")
-            log.warning("could not record %d outcomes, will retry: %s", len(batch), exc)
-            return 1.0
+            return self._outage.failed(exc, f"recording {len(self.outcomes)} outcomes")
+        except AgentQueueError as exc:
+            # Not a passing fault: something in the batch cannot be written. Write each part
+            # alone so one bad outcome does not hold back every other one for good.
+            log.warning("could not record %d outcomes (%s); recording them one by one",
+                        len(batch), exc)  # fmt: skip
+            return await self._write_apart(batch, logs)
+        self._recorded(batch, done)
+        return 0.0
+
+    def _recorded(self, batch: Sequence[Outcome], done: dict[UUID, Task | Refusal]) -> None:
         self._outage.ok(f"{len(batch)} outcomes recorded")
         self.written += len(batch)
         for task_id, answer in done.items():
             if isinstance(answer, Refusal):
                 log.info("outcome for task %s not recorded: %s", task_id, answer.message)
+
+    async def _write_apart(self, batch: list[Outcome], logs: list[LogRecord]) -> float:
+        """Write each outcome, then the logs, on its own. One that still cannot be written is
+        dropped with an error: its lease lapses and the scheduler retries the task (or, if it
+        keeps failing, leaves it in dead_letter for a person)."""
+        parts: list[tuple[list[Outcome], list[LogRecord]]] = [([o], []) for o in batch]
+        if logs:
+            parts.append(([], logs))
+        for index, (outcomes, records) in enumerate(parts):
+            try:
+                done = await self.finish(outcomes, records)
+            except StoreUnavailable as exc:
+                for rest_outcomes, rest_logs in reversed(parts[index:]):
+                    self.outcomes[:0] = rest_outcomes
+                    self.logs[:0] = rest_logs
+                return self._outage.failed(exc, f"recording {len(self.outcomes)} outcomes")
+            except AgentQueueError as exc:
+                what = (
+                    f"the outcome for task {outcomes[0].task_id}"
+                    if outcomes
+                    else f"{len(records)} log records"
+                )
+                log.error("dropping %s, which cannot be recorded: %s", what, exc)
+                continue
+            self._recorded(outcomes, done)
         return 0.0
 
     async def close(self, patience_secs: float) -> None:

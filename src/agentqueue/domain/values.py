@@ -1,0 +1,40 @@
+"""What a stored value may hold, the same on every backend.
+
+PostgreSQL cannot store the NUL character (U+0000) in text or JSON, and SQLite can; so that a
+task means the same on both, no stored string may hold one. Input that does is refused naming
+the field; free text from an agent (an error message, captured output) has it replaced.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+NUL = "\x00"
+NUL_PROBLEM = "contains the NUL character (\\u0000), which cannot be stored"
+
+
+def nul_path(value: Any, path: str = "") -> str | None:
+    """The path (``payload.a[2]``) of the first string in a JSON-like value, keys included,
+    that holds a NUL character, or None if there is none."""
+    if isinstance(value, str):
+        return path if NUL in value else None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            where = f"{path}.{key}" if path else str(key)
+            if isinstance(key, str) and NUL in key:
+                return where
+            found = nul_path(item, where)
+            if found is not None:
+                return found
+        return None
+    if isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            found = nul_path(item, f"{path}[{index}]")
+            if found is not None:
+                return found
+    return None
+
+
+def without_nul(text: str) -> str:
+    """Free text with each NUL character replaced by U+FFFD (the replacement character)."""
+    return text.replace(NUL, "\ufffd") if NUL in text else text
