@@ -15,6 +15,9 @@ from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
+from .models import Event, Task
+from .task_state import TaskState
+
 GENESIS = "0" * 64
 """The "previous hash" of every task's first event."""
 
@@ -96,6 +99,40 @@ def chain_hash(prev_hash: str, task_id: str, tenant: str, seq: int, tail: str) -
     stores compute exactly this in SQL (``aq_event_hash``)."""
     material = _field(prev_hash) + _field(task_id) + _field(tenant) + _field(str(seq)) + tail
     return hashlib.sha256(material.encode()).hexdigest()
+
+
+def chained_event(
+    task: Task,
+    seq: int,
+    prev_hash: str,
+    at: datetime,
+    from_state: TaskState | None,
+    to_state: TaskState,
+    action: str,
+    actor: str,
+    reason: str,
+    data: dict[str, Any],
+) -> Event:
+    """Event ``seq`` of ``task``'s chain, hashed after ``prev_hash``: the one place an event and
+    its hash are made, so a change and a purge are chained alike."""
+    text = data_text(data)
+    # The hash of :func:`event_hash`, from its two parts (without restating every field).
+    from_value = from_state.value if from_state else None
+    tail = hash_tail(at, from_value, to_state.value, action, actor, reason, text)
+    return Event(
+        task_id=task.id,
+        tenant=task.tenant,
+        seq=seq,
+        at=at,
+        from_state=from_state,
+        to_state=to_state,
+        action=action,
+        actor=actor,
+        reason=reason,
+        data=data,
+        hash=chain_hash(prev_hash, str(task.id), task.tenant, seq, tail),
+        data_text=text,
+    )
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from datetime import datetime
 from uuid import UUID
 
 from ..domain.alerts import ALERT_KIND, dead_letter_alert
-from ..domain.audit import GENESIS, data_text, event_hash
+from ..domain.audit import GENESIS, chained_event
 from ..domain.errors import Conflict
 from ..domain.models import Event, Task
 from ..domain.states import (
@@ -29,34 +29,17 @@ alert_log = logging.getLogger("agentqueue.alerts")
 
 
 def _event(task: Task, transition: Transition, seq: int, prev_hash: str) -> Event:
-    data = dict(transition.data)
-    text = data_text(data)
-    digest = event_hash(
+    return chained_event(
+        task,
+        seq,
         prev_hash,
-        task_id=task.id,
-        tenant=task.tenant,
-        seq=seq,
-        at=transition.at,
-        from_state=transition.from_state.value if transition.from_state else None,
-        to_state=transition.to_state.value,
-        action=transition.action.value,
-        actor=transition.actor,
-        reason=transition.reason,
-        data_text=text,
-    )
-    return Event(
-        task_id=task.id,
-        tenant=task.tenant,
-        seq=seq,
-        at=transition.at,
-        from_state=transition.from_state,
-        to_state=transition.to_state,
-        action=transition.action.value,
-        actor=transition.actor,
-        reason=transition.reason,
-        data=data,
-        hash=digest,
-        data_text=text,
+        transition.at,
+        transition.from_state,
+        transition.to_state,
+        transition.action.value,
+        transition.actor,
+        transition.reason,
+        dict(transition.data),
     )
 
 
