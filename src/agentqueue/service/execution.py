@@ -158,7 +158,7 @@ async def finish(
         )
 
     completing = [o for o in outcomes if o.kind is OutcomeKind.COMPLETED]
-    items = [(o.task_id, o.lock_token, _checked_result(o.result)) for o in completing]
+    items = [(o.task_id, o.lock_token, checked_result(o.result)) for o in completing]
     heads = (
         await rt.store.complete(
             items,
@@ -228,13 +228,15 @@ def _completed(claimed: Task, result: Any, now: datetime, head: tuple[int, str])
     )
 
 
-def _checked_result(value: Any) -> Any:
+def checked_result(value: Any, limit: int = MAX_RESULT_BYTES) -> Any:
+    """``value``, if it is JSON of at most ``limit`` bytes in canonical form; InvalidInput on
+    ``result`` otherwise. A completion's result and a tool call's answer are held to it alike."""
     try:
         size = len(canonical_json(value).encode())
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"not JSON: {exc}", "result") from None
-    if size > MAX_RESULT_BYTES:
-        raise InvalidInput(f"{size} bytes, over the limit of {MAX_RESULT_BYTES}", "result")
+    if size > limit:
+        raise InvalidInput(f"{size} bytes, over the limit of {limit}", "result")
     return value
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from uuid import UUID
 
@@ -24,6 +24,7 @@ from ..domain.states import (
 from ..pipelines import Hold
 from ..store import Change, NewTask, Tx
 from ..store.base import CHANNEL_PENDING, CHANNEL_QUEUED, CHANNEL_REVOKED, CHANNEL_TOOLS, OutboxItem
+from .runtime import Runtime
 
 alert_log = logging.getLogger("agentqueue.alerts")
 
@@ -125,6 +126,25 @@ async def decide_and_apply(
 
 ADMITTER = "scheduler"
 """The actor of every step the scheduler takes."""
+
+
+async def retry_due(
+    rt: Runtime, action: Action, lock: Callable[[Tx, datetime], Awaitable[list[Task]]]
+) -> list[Task]:
+    """Decide ``action`` as the scheduler on each task ``lock`` finds due now (locked in one
+    transaction) under the retry policy in force: each goes back with a backoff, or to
+    dead_letter when no retries are left. Returns the tasks as written."""
+    now = rt.clock.now()
+    policy = rt.settings.retry.policy()
+    async with rt.store.transaction() as tx:
+        due = await lock(tx, now)
+        written, _ = await decide_and_apply(
+            tx,
+            due,
+            # The jitter is drawn task by task, so tasks due together spread apart.
+            lambda _task: Request(action, now, actor=ADMITTER, backoff=policy, spread=rt.spread()),
+        )
+    return written
 
 
 async def raise_alerts(tx: Tx, changes: Sequence[Change]) -> None:
