@@ -76,10 +76,9 @@ def _acting(
     method.__qualname__ = f"{act.__qualname__.rpartition('.')[0]}.{action.value}"
     method.__doc__ = doc
     # help() and editors show the signature ``act`` gives, without the bound action.
-    queue_param, _action, *params = inspect.signature(act).parameters.values()
-    method.__signature__ = inspect.signature(act).replace(  # type: ignore[attr-defined]
-        parameters=[queue_param, *params]
-    )
+    signature = inspect.signature(act)
+    queue_param, _action, *params = signature.parameters.values()
+    method.__signature__ = signature.replace(parameters=[queue_param, *params])  # type: ignore[attr-defined]
     return method
 
 
