@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import logging
 import os
 import threading
@@ -57,6 +58,28 @@ ToolFn = Callable[[Any], Any]
 T_Tool = TypeVar("T_Tool", bound=Callable[..., Any])
 
 LeaseLike = Lease | Task | tuple[UUID | str, UUID | str]
+
+
+_Self = TypeVar("_Self")
+
+
+def _acting(
+    act: Callable[Concatenate[_Self, Action, P], Awaitable[R]], action: Action, doc: str
+) -> Callable[Concatenate[_Self, P], Awaitable[R]]:
+    """The method named after ``action`` that calls ``act`` with it: people's actions differ
+    only in the action they take, so their signature and path are written once, in ``act``."""
+
+    async def method(queue: _Self, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return await act(queue, action, *args, **kwargs)
+
+    method.__name__ = action.value
+    method.__qualname__ = f"{act.__qualname__.rpartition('.')[0]}.{action.value}"
+    method.__doc__ = doc
+    # help() and editors show the signature ``act`` gives, without the bound action.
+    signature = inspect.signature(act)
+    queue_param, _action, *params = signature.parameters.values()
+    method.__signature__ = signature.replace(parameters=[queue_param, *params])  # type: ignore[attr-defined]
+    return method
 
 
 def _states(value: TaskState | str | Iterable[TaskState | str] | None) -> tuple[TaskState, ...]:
@@ -249,7 +272,12 @@ class AsyncQueue:
     # --- people's actions -------------------------------------------------------------------
 
     async def _act(
-        self, action: Action, task_id: UUID | str, actor: str | None, reason: str
+        self,
+        action: Action,
+        task_id: UUID | str,
+        *,
+        actor: str | None = None,
+        reason: str = "",
     ) -> Task:
         done = await actions.act(
             await self._ready(),
@@ -261,29 +289,18 @@ class AsyncQueue:
         )
         return done[0]
 
-    async def cancel(
-        self, task_id: UUID | str, *, actor: str | None = None, reason: str = ""
-    ) -> Task:
-        """Cancel a task that has not ended; an executing one loses its lease at once."""
-        return await self._act(Action.CANCEL, task_id, actor, reason)
-
-    async def review(
-        self, task_id: UUID | str, *, actor: str | None = None, reason: str = ""
-    ) -> Task:
-        """Take a dead letter into manual_review."""
-        return await self._act(Action.REVIEW, task_id, actor, reason)
-
-    async def requeue(
-        self, task_id: UUID | str, *, actor: str | None = None, reason: str = ""
-    ) -> Task:
-        """Put a dead letter (or a task in review) back in the queue with retry_count reset."""
-        return await self._act(Action.REQUEUE, task_id, actor, reason)
-
-    async def archive(
-        self, task_id: UUID | str, *, actor: str | None = None, reason: str = ""
-    ) -> Task:
-        """Discard a dead letter (or a task in review) for good."""
-        return await self._act(Action.ARCHIVE, task_id, actor, reason)
+    cancel = _acting(
+        _act,
+        Action.CANCEL,
+        "Cancel a task that has not ended; an executing one loses its lease at once.",
+    )
+    review = _acting(_act, Action.REVIEW, "Take a dead letter into manual_review.")
+    requeue = _acting(
+        _act,
+        Action.REQUEUE,
+        "Put a dead letter (or a task in review) back in the queue with retry_count reset.",
+    )
+    archive = _acting(_act, Action.ARCHIVE, "Discard a dead letter (or a task in review) for good.")
 
     async def _decide(
         self, approve: bool, task_id: UUID | str, actor: str | None, reason: str

@@ -17,7 +17,6 @@ from agentqueue.domain.audit import (
     canonical_json,
     check_chain,
     data_text,
-    event_hash,
 )
 
 TASK = UUID(int=7)
@@ -48,7 +47,7 @@ def build_chain(steps: list[Any] = STEPS, tenant: str = "default") -> list[Store
             "reason": reason,
             "data_text": data_text(data),
         }
-        digest = event_hash(prev, **fields)
+        digest = StoredEvent(**fields, hash="").expected_hash(prev)
         events.append(StoredEvent(**fields, hash=digest))
         prev = digest
     return events

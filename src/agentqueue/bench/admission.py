@@ -29,6 +29,7 @@ from .common import (
     fmt_ms,
     fmt_rate,
     fmt_ratio,
+    per_backend,
     ratio,
     target_row,
 )
@@ -37,7 +38,6 @@ from .drain import describe, drain_preloaded, preload_fresh
 from .latency import WORKER_CONCURRENCY, admit_trail, measure
 
 NAME = "admission"
-SYSTEMS = {"postgresql": "agentqueue (PostgreSQL)", "sqlite": "agentqueue (SQLite)"}
 MAX_ACTIVE = 1000
 LIMITS: dict[str, Any] = {"admission": {"max_active": MAX_ACTIVE}}
 """The settings of the "on" passes, nested as in the configuration file."""
@@ -175,8 +175,7 @@ def rows(result: dict[str, Any]) -> list[Row]:
     """Per backend: both drain rates and their ratio, latency on and off; the targets (drain
     on/off >= 0.9x, p50 <= 5 ms and p99 <= 25 ms with admission on) hold on PostgreSQL."""
     out: list[Row] = []
-    for backend, data in result.get("systems", {}).items():
-        system = SYSTEMS.get(backend, backend)
+    for backend, system, data in per_backend(result):
         off, on = data["drain_off"], data["drain_on"]
         for what, figures in (("off", off), ("on", on)):
             value = figures["drain_per_s"]

@@ -5,12 +5,15 @@ from __future__ import annotations
 import itertools
 import math
 import sys
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 Backend = Literal["postgresql", "sqlite"]
 BACKENDS: tuple[Backend, ...] = ("postgresql", "sqlite")
+SYSTEMS = {"postgresql": "agentqueue (PostgreSQL)", "sqlite": "agentqueue (SQLite)"}
+"""The name a report gives agentqueue on each backend."""
 
 NOOP = "bench_noop"
 """Task type of the no-op tasks."""
@@ -184,6 +187,13 @@ class BenchContext:
     def sqlite_url(self, label: str) -> str:
         """A new, empty SQLite database file for one run."""
         return f"sqlite:///{self.work_dir / f'{label}-{next(self._files)}.db'}"
+
+
+def per_backend(result: Mapping[str, Any]) -> Iterator[tuple[str, str, dict[str, Any]]]:
+    """(backend, its name in the report, its figures) for each backend ``result`` measured
+    under ``systems``: what every per-backend benchmark's rows are made from."""
+    for backend, data in result.get("systems", {}).items():
+        yield backend, SYSTEMS.get(backend, backend), data
 
 
 def percentile(values: list[float], q: float) -> float:

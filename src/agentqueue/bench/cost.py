@@ -12,13 +12,22 @@ import asyncio
 import time
 from typing import Any
 
-from .common import BACKENDS, NOOP, Backend, BenchContext, Row, fmt_value, mib, target_row
+from .common import (
+    BACKENDS,
+    NOOP,
+    Backend,
+    BenchContext,
+    Row,
+    fmt_value,
+    mib,
+    per_backend,
+    target_row,
+)
 from .db import fresh_url
 from .drain import drain_agentqueue
 from .procs import Child, cpu_seconds, peak_rss_bytes
 
 NAME = "cost"
-SYSTEMS = {"postgresql": "agentqueue (PostgreSQL)", "sqlite": "agentqueue (SQLite)"}
 IDLE_CONCURRENCY = 10
 
 
@@ -86,8 +95,7 @@ async def run(ctx: BenchContext) -> dict[str, Any]:
 def rows(result: dict[str, Any]) -> list[Row]:
     """Idle targets (CPU < 1% of a core, RSS < 60 MiB) on each backend; busy for information."""
     out: list[Row] = []
-    for backend, data in result.get("systems", {}).items():
-        system = SYSTEMS.get(backend, backend)
+    for _, system, data in per_backend(result):
         quiet, busy = data["idle"], data["busy"]
         out.append(target_row(NAME, system, "idle CPU", quiet["cpu_percent"], "<", 1, "%"))
         out.append(

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from .common import BACKENDS, BenchContext, Row, fmt_rate, rate
+from .common import BACKENDS, BenchContext, Row, fmt_rate, per_backend, rate
 from .db import fresh_url
 from .procs import Child
 
 NAME = "enqueue"
-SYSTEMS = {"postgresql": "agentqueue (PostgreSQL)", "sqlite": "agentqueue (SQLite)"}
 
 
 def steps(ctx: BenchContext) -> int:
@@ -47,8 +46,7 @@ async def run(ctx: BenchContext) -> dict[str, Any]:
 def rows(result: dict[str, Any]) -> list[Row]:
     """One row per backend and mode."""
     out: list[Row] = []
-    for backend, data in result.get("systems", {}).items():
-        system = SYSTEMS.get(backend, backend)
+    for _, system, data in per_backend(result):
         one, bulk = data["one_at_a_time_per_s"], data["bulk_per_s"]
         out.append(
             Row(

@@ -18,12 +18,21 @@ from typing import Any
 from ..config import Settings
 from ..domain.states import Action, TaskState
 from ..queue import AsyncQueue
-from .common import BACKENDS, NOOP, Backend, BenchContext, Row, fmt_ms, percentile, target_row
+from .common import (
+    BACKENDS,
+    NOOP,
+    Backend,
+    BenchContext,
+    Row,
+    fmt_ms,
+    per_backend,
+    percentile,
+    target_row,
+)
 from .db import fresh_url, wait_for_count
 from .procs import Child
 
 NAME = "latency"
-SYSTEMS = {"postgresql": "agentqueue (PostgreSQL)", "sqlite": "agentqueue (SQLite)"}
 WORKER_CONCURRENCY = 10
 
 
@@ -144,8 +153,7 @@ async def run(ctx: BenchContext) -> dict[str, Any]:
 def rows(result: dict[str, Any]) -> list[Row]:
     """p50/p99 rows; the targets hold on PostgreSQL."""
     out: list[Row] = []
-    for backend, data in result.get("systems", {}).items():
-        system = SYSTEMS.get(backend, backend)
+    for backend, system, data in per_backend(result):
         if backend == "postgresql":
             out.append(target_row(NAME, system, "p50", data["p50_ms"], "<=", 5, " ms"))
             out.append(target_row(NAME, system, "p99", data["p99_ms"], "<=", 25, " ms"))

@@ -15,6 +15,9 @@ from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
+from .models import Event, Task
+from .task_state import TaskState
+
 GENESIS = "0" * 64
 """The "previous hash" of every task's first event."""
 
@@ -37,29 +40,6 @@ def canonical_time(at: datetime) -> int:
     """Microseconds since the Unix epoch: the same number from every store."""
     delta = at - _EPOCH
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
-
-
-def event_hash(
-    prev_hash: str,
-    *,
-    task_id: UUID,
-    tenant: str,
-    seq: int,
-    at: datetime,
-    from_state: str | None,
-    to_state: str,
-    action: str,
-    actor: str,
-    reason: str,
-    data_text: str,
-) -> str:
-    """SHA-256 over the previous hash and the event's fields, as hex.
-
-    Each field goes in as its length, a colon and its text, so no choice of field contents can
-    make two different events hash alike. (This runs for every change: it is kept cheap.)
-    """
-    tail = hash_tail(at, from_state, to_state, action, actor, reason, data_text)
-    return chain_hash(prev_hash, str(task_id), tenant, seq, tail)
 
 
 def _field(text: str) -> str:
@@ -92,10 +72,47 @@ def hash_tail(
 
 
 def chain_hash(prev_hash: str, task_id: str, tenant: str, seq: int, tail: str) -> str:
-    """The hash of one event from the previous hash, its task, its position and its tail. The
-    stores compute exactly this in SQL (``aq_event_hash``)."""
+    """The hash of one event (SHA-256, as hex) from the previous hash, its task, its position
+    and its tail (:func:`hash_tail`). The stores compute exactly this in SQL (``aq_event_hash``).
+
+    Each field goes in as its length, a colon and its text, so no choice of field contents can
+    make two different events hash alike. (This runs for every change: it is kept cheap.)
+    """
     material = _field(prev_hash) + _field(task_id) + _field(tenant) + _field(str(seq)) + tail
     return hashlib.sha256(material.encode()).hexdigest()
+
+
+def chained_event(
+    task: Task,
+    seq: int,
+    prev_hash: str,
+    at: datetime,
+    from_state: TaskState | None,
+    to_state: TaskState,
+    action: str,
+    actor: str,
+    reason: str,
+    data: dict[str, Any],
+) -> Event:
+    """Event ``seq`` of ``task``'s chain, hashed after ``prev_hash``: the one place an event and
+    its hash are made, so a change and a purge are chained alike."""
+    text = data_text(data)
+    from_value = from_state.value if from_state else None
+    tail = hash_tail(at, from_value, to_state.value, action, actor, reason, text)
+    return Event(
+        task_id=task.id,
+        tenant=task.tenant,
+        seq=seq,
+        at=at,
+        from_state=from_state,
+        to_state=to_state,
+        action=action,
+        actor=actor,
+        reason=reason,
+        data=data,
+        hash=chain_hash(prev_hash, str(task.id), task.tenant, seq, tail),
+        data_text=text,
+    )
 
 
 @dataclass(frozen=True)
@@ -116,19 +133,16 @@ class StoredEvent:
 
     def expected_hash(self, prev_hash: str) -> str:
         """The hash this event should carry after ``prev_hash``."""
-        return event_hash(
-            prev_hash,
-            task_id=self.task_id,
-            tenant=self.tenant,
-            seq=self.seq,
-            at=self.at,
-            from_state=self.from_state,
-            to_state=self.to_state,
-            action=self.action,
-            actor=self.actor,
-            reason=self.reason,
-            data_text=self.data_text,
+        tail = hash_tail(
+            self.at,
+            self.from_state,
+            self.to_state,
+            self.action,
+            self.actor,
+            self.reason,
+            self.data_text,
         )
+        return chain_hash(prev_hash, str(self.task_id), self.tenant, self.seq, tail)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from .audit import PURGE_ACTION, data_text, event_hash
+from .audit import PURGE_ACTION, chained_event
 from .models import Event, Task
 from .priority import MIN_PRIORITY
 from .states import TaskState
@@ -67,33 +67,8 @@ def purge_event(task: Task, at: datetime, policy: RetentionPolicy, actor: str) -
         "priority": task.priority,
         "retention_days": days,
     }
-    text = data_text(data)
-    seq = task.event_seq + 1
     state = TaskState.DEAD_LETTER
-    digest = event_hash(
-        task.last_hash,
-        task_id=task.id,
-        tenant=task.tenant,
-        seq=seq,
-        at=at,
-        from_state=state.value,
-        to_state=state.value,
-        action=PURGE_ACTION,
-        actor=actor,
-        reason=reason,
-        data_text=text,
-    )
-    return Event(
-        task_id=task.id,
-        tenant=task.tenant,
-        seq=seq,
-        at=at,
-        from_state=state,
-        to_state=state,
-        action=PURGE_ACTION,
-        actor=actor,
-        reason=reason,
-        data=data,
-        hash=digest,
-        data_text=text,
+    seq = task.event_seq + 1
+    return chained_event(
+        task, seq, task.last_hash, at, state, state, PURGE_ACTION, actor, reason, data
     )

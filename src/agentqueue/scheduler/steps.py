@@ -13,7 +13,7 @@ from uuid import UUID
 from ..delivery.alerts import deliver_due_alerts
 from ..domain.models import Task
 from ..domain.states import Action, Request, bulk_event
-from ..service.records import ADMITTER, decide_and_apply
+from ..service.records import ADMITTER, decide_and_apply, retry_due
 from ..service.runtime import Runtime
 from ..service.schedules import fire_due_schedules
 from ..service.tools import time_out_tool_calls
@@ -27,18 +27,7 @@ ACTOR = ADMITTER
 
 async def reclaim_lapsed(rt: Runtime, limit: int = 500) -> list[Task]:
     """Take back executing tasks whose lease ran out: retrying with backoff, or dead_letter."""
-    now = rt.clock.now()
-    policy = rt.settings.retry.policy()
-    async with rt.store.transaction() as tx:
-        lapsed = await tx.lock_lapsed(limit, now)
-        written, _ = await decide_and_apply(
-            tx,
-            lapsed,
-            lambda task: Request(
-                Action.LEASE_EXPIRED, now, actor=ACTOR, backoff=policy, spread=rt.spread()
-            ),
-        )
-    return written
+    return await retry_due(rt, Action.LEASE_EXPIRED, lambda tx, now: tx.lock_lapsed(limit, now))
 
 
 async def promote_due_retries(rt: Runtime, limit: int = 500) -> list[Task]:

@@ -233,11 +233,16 @@ def _completed(claimed: Task, result: Any, now: datetime, head: tuple[int, str])
 
 def storable(outcome: Outcome) -> Outcome:
     """The outcome as it can be stored on every backend: free text (error, reason) with NUL
-    characters replaced; a result, checkpoint or tool call holding one makes the attempt fail
-    (not retryable: it would report the same again), naming the field, rather than leave a
-    batch of outcomes that no database write can take."""
-    problem = _result_problem(outcome.result) if outcome.kind is OutcomeKind.COMPLETED else None
-    for name in ("result", "checkpoint", "tool_call"):
+    characters replaced; a result that cannot be kept (see ``checked_result``), or a checkpoint
+    or tool call holding a NUL, makes the attempt fail (not retryable: it would report the same
+    again), naming the field, rather than leave a batch of outcomes no database write can take."""
+    problem = None
+    if outcome.kind is OutcomeKind.COMPLETED:
+        try:
+            checked_result(outcome.result)
+        except InvalidInput as exc:
+            problem = str(exc)
+    for name in ("checkpoint", "tool_call"):
         if problem is None and (where := nul_path(getattr(outcome, name), name)) is not None:
             problem = f"{where}: {NUL_PROBLEM}"
     if problem is not None:
@@ -258,15 +263,20 @@ def storable(outcome: Outcome) -> Outcome:
     return outcome
 
 
-def _result_problem(value: Any) -> str | None:
-    """Why a result cannot be kept (not JSON, or over MAX_RESULT_BYTES), or None."""
+def checked_result(value: Any, limit: int = MAX_RESULT_BYTES) -> Any:
+    """``value``, if it can be kept: JSON of at most ``limit`` bytes in canonical form, holding
+    no NUL character; InvalidInput naming the field otherwise. A completion's result and a tool
+    call's answer are held to it alike."""
     try:
         size = len(canonical_json(value).encode())
     except (TypeError, ValueError) as exc:
-        return f"result: not JSON: {exc}"
-    if size > MAX_RESULT_BYTES:
-        return f"result: {size} bytes, over the limit of {MAX_RESULT_BYTES}"
-    return None
+        raise InvalidInput(f"not JSON: {exc}", "result") from None
+    if size > limit:
+        raise InvalidInput(f"{size} bytes, over the limit of {limit}", "result")
+    where = nul_path(value, "result")
+    if where is not None:
+        raise InvalidInput(NUL_PROBLEM, where)
+    return value
 
 
 async def finish_one(rt: Runtime, outcome: Outcome, actor: str) -> Task:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from uuid import UUID
 
 from ..domain.alerts import ALERT_KIND, dead_letter_alert
-from ..domain.audit import GENESIS, data_text, event_hash
+from ..domain.audit import GENESIS, chained_event
 from ..domain.errors import Conflict
 from ..domain.models import Event, Task
 from ..domain.states import (
@@ -24,39 +24,23 @@ from ..domain.states import (
 from ..pipelines import Hold
 from ..store import Change, NewTask, Tx
 from ..store.base import CHANNEL_PENDING, CHANNEL_QUEUED, CHANNEL_REVOKED, CHANNEL_TOOLS, OutboxItem
+from .runtime import Runtime
 
 alert_log = logging.getLogger("agentqueue.alerts")
 
 
 def _event(task: Task, transition: Transition, seq: int, prev_hash: str) -> Event:
-    data = dict(transition.data)
-    text = data_text(data)
-    digest = event_hash(
+    return chained_event(
+        task,
+        seq,
         prev_hash,
-        task_id=task.id,
-        tenant=task.tenant,
-        seq=seq,
-        at=transition.at,
-        from_state=transition.from_state.value if transition.from_state else None,
-        to_state=transition.to_state.value,
-        action=transition.action.value,
-        actor=transition.actor,
-        reason=transition.reason,
-        data_text=text,
-    )
-    return Event(
-        task_id=task.id,
-        tenant=task.tenant,
-        seq=seq,
-        at=transition.at,
-        from_state=transition.from_state,
-        to_state=transition.to_state,
-        action=transition.action.value,
-        actor=transition.actor,
-        reason=transition.reason,
-        data=data,
-        hash=digest,
-        data_text=text,
+        transition.at,
+        transition.from_state,
+        transition.to_state,
+        transition.action.value,
+        transition.actor,
+        transition.reason,
+        dict(transition.data),
     )
 
 
@@ -142,6 +126,25 @@ async def decide_and_apply(
 
 ADMITTER = "scheduler"
 """The actor of every step the scheduler takes."""
+
+
+async def retry_due(
+    rt: Runtime, action: Action, lock: Callable[[Tx, datetime], Awaitable[list[Task]]]
+) -> list[Task]:
+    """Decide ``action`` as the scheduler on each task ``lock`` finds due now (locked in one
+    transaction) under the retry policy in force: each goes back with a backoff, or to
+    dead_letter when no retries are left. Returns the tasks as written."""
+    now = rt.clock.now()
+    policy = rt.settings.retry.policy()
+    async with rt.store.transaction() as tx:
+        due = await lock(tx, now)
+        written, _ = await decide_and_apply(
+            tx,
+            due,
+            # The jitter is drawn task by task, so tasks due together spread apart.
+            lambda _task: Request(action, now, actor=ADMITTER, backoff=policy, spread=rt.spread()),
+        )
+    return written
 
 
 async def raise_alerts(tx: Tx, changes: Sequence[Change]) -> None:

@@ -13,12 +13,11 @@ from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
-from ..domain.audit import canonical_json
 from ..domain.errors import InvalidInput, NotFound
 from ..domain.models import Task
 from ..domain.states import TOOL_RUNNING, TOOL_WAITING, Action, Request
-from ..domain.values import NUL_PROBLEM, nul_path
-from .records import ADMITTER, decide_and_apply
+from .execution import checked_result
+from .records import decide_and_apply, retry_due
 from .runtime import Runtime
 
 MAX_TOOL_RESULT_BYTES = 1024 * 1024
@@ -35,7 +34,7 @@ async def submit_tool_result(
 ) -> Task:
     """Answer tool call ``call_id`` of a waiting task; the task is queued again. Refused
     (TransitionRefused) when that call is not awaited any more."""
-    _check_result(result)
+    checked_result(result, MAX_TOOL_RESULT_BYTES)
     if not call_id:
         raise InvalidInput("must name the tool call", "call_id")
     now = rt.clock.now()
@@ -55,37 +54,12 @@ async def submit_tool_result(
     return written[0]
 
 
-def _check_result(result: Any) -> None:
-    try:
-        size = len(canonical_json(result).encode())
-    except (TypeError, ValueError) as exc:
-        raise InvalidInput(f"not JSON: {exc}", "result") from None
-    if size > MAX_TOOL_RESULT_BYTES:
-        raise InvalidInput(f"{size} bytes, over the limit of {MAX_TOOL_RESULT_BYTES}", "result")
-    where = nul_path(result, "result")
-    if where is not None:
-        raise InvalidInput(NUL_PROBLEM, where)
-
-
 async def time_out_tool_calls(rt: Runtime, limit: int = 500) -> list[Task]:
     """Tasks whose awaited tool call timed out: queued again as a retry, or dead_letter when no
     retries are left."""
-    now = rt.clock.now()
-    policy = rt.settings.retry.policy()
-    async with rt.store.transaction() as tx:
-        due = await tx.lock_tool_timeouts(now, limit)
-        written, _ = await decide_and_apply(
-            tx,
-            due,
-            lambda t: Request(
-                Action.TOOL_TIMEOUT,
-                now,
-                actor=ADMITTER,
-                backoff=policy,
-                spread=rt.spread(),
-            ),
-        )
-    return written
+    return await retry_due(
+        rt, Action.TOOL_TIMEOUT, lambda tx, now: tx.lock_tool_timeouts(now, limit)
+    )
 
 
 @dataclass(frozen=True)

@@ -219,20 +219,27 @@ def task_from_row(row: Row, codec: Codec) -> Task:
     return Task.from_fields(values)
 
 
+def _event_fields(row: Row, codec: Codec) -> dict[str, Any]:
+    """The columns of an aq_events row that an Event and a StoredEvent read alike."""
+    return {
+        "task_id": codec.uuid(row["task_id"]),
+        "tenant": row["tenant"],
+        "seq": row["seq"],
+        "at": codec.at(row["at"]),
+        "action": row["action"],
+        "actor": row["actor"],
+        "reason": row["reason"],
+        "hash": row["hash"],
+    }
+
+
 def stored_event_from_row(row: Row, codec: Codec) -> StoredEvent:
     """An event exactly as stored (``data`` as text), for verification."""
     return StoredEvent(
-        task_id=codec.uuid(row["task_id"]),
-        tenant=row["tenant"],
-        seq=row["seq"],
-        at=codec.at(row["at"]),
+        **_event_fields(row, codec),
         from_state=row["from_state"],
         to_state=row["to_state"],
-        action=row["action"],
-        actor=row["actor"],
-        reason=row["reason"],
         data_text=row["data"],
-        hash=row["hash"],
     )
 
 
@@ -246,17 +253,10 @@ def task_head_from_row(row: Row, codec: Codec) -> TaskHead:
 def event_from_row(row: Row, codec: Codec) -> Event:
     """An Event from a row of aq_events (``data`` as stored text)."""
     return Event(
-        task_id=codec.uuid(row["task_id"]),
-        tenant=row["tenant"],
-        seq=row["seq"],
-        at=codec.at(row["at"]),
+        **_event_fields(row, codec),
         from_state=TaskState(row["from_state"]) if row["from_state"] else None,
         to_state=TaskState(row["to_state"]),
-        action=row["action"],
-        actor=row["actor"],
-        reason=row["reason"],
         data=json.loads(row["data"]),
-        hash=row["hash"],
     )
 
 

@@ -11,6 +11,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import KW_ONLY, dataclass, field
 from uuid import UUID
 
 from ..domain.errors import AgentQueueError, StoreUnavailable
@@ -28,41 +29,34 @@ Start = Callable[[Task, Executor, float], None]
 """Start running a claimed task (given when its claim was sent, ``time.monotonic()``)."""
 
 
+# A part of the worker: its fields are what it is given (kw-only from ``concurrency`` on); it
+# keeps identity equality and the plain object repr.
+@dataclass(eq=False, repr=False)
 class Claimer:
     """Keeps the executors' slots filled."""
 
-    def __init__(
-        self,
-        claim: Claim,
-        work_hints: Callable[[], Awaitable[WorkHints]],
-        executors: Sequence[Executor],
-        running: Mapping[UUID, Running],
-        start: Start,
-        jobs: Supervisor,
-        *,
-        concurrency: int,
-        batch: int,
-        in_flight: int,
-        on_dry: Callable[[], None],
-        on_claimed: Callable[[], None],
-    ) -> None:
-        self.claim = claim
-        self.work_hints = work_hints
-        self.executors = list(executors)
-        self.running = running
-        self.start = start
-        self.jobs = jobs
-        self.concurrency = concurrency
-        self.batch = batch
-        self.in_flight = in_flight
-        self.on_dry = on_dry
-        self.on_claimed = on_claimed
-        self.claimed = 0
-        self._reserved: dict[str, int] = {e.name: 0 for e in executors}
-        self._empty: set[str] = set()
-        self._claiming: set[asyncio.Task[None]] = set()
-        self._outage = Outage(log)
-        self._next_poll = 0.0
+    claim: Claim
+    work_hints: Callable[[], Awaitable[WorkHints]]
+    executors: Sequence[Executor]
+    running: Mapping[UUID, Running]
+    start: Start
+    jobs: Supervisor
+    _: KW_ONLY
+    concurrency: int
+    batch: int
+    in_flight: int
+    on_dry: Callable[[], None]
+    on_claimed: Callable[[], None]
+    claimed: int = field(default=0, init=False)
+    _reserved: dict[str, int] = field(init=False)
+    _empty: set[str] = field(default_factory=set, init=False)
+    _claiming: set[asyncio.Task[None]] = field(default_factory=set, init=False)
+    _outage: Outage = field(default_factory=lambda: Outage(log), init=False)
+    _next_poll: float = field(default=0.0, init=False)
+
+    def __post_init__(self) -> None:
+        self.executors = list(self.executors)  # a list of its own, whatever it was given
+        self._reserved = {e.name: 0 for e in self.executors}
 
     @property
     def claiming(self) -> set[asyncio.Task[None]]:

@@ -14,6 +14,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import KW_ONLY, dataclass, field
 from uuid import UUID
 
 from ..domain.errors import AgentQueueError, StoreUnavailable
@@ -32,27 +33,22 @@ LEASE_GUARD = "heartbeats failed too long; stopped before the lease lapses"
 """The stop reason of an attempt the guard stops (it reports no outcome)."""
 
 
+# A part of the worker: its fields are what it is given (kw-only from ``interval_secs`` on);
+# it keeps identity equality and the plain object repr.
+@dataclass(eq=False, repr=False)
 class LeaseKeeper:
     """Renews the leases of ``running`` every ``interval_secs`` (at once on :meth:`beat`)."""
 
-    def __init__(
-        self,
-        heartbeat: Heartbeat,
-        running: Mapping[UUID, Running],
-        *,
-        interval_secs: float,
-        lease_secs: float,
-        guard: float = 0.8,
-    ) -> None:
-        self.heartbeat = heartbeat
-        self.running = running
-        self.interval_secs = interval_secs
-        self.lease_secs = lease_secs
-        self.guard = guard
-        self.guarded = 0
-        """Attempts stopped by the guard."""
-        self._beat_now = asyncio.Event()
-        self._outage = Outage(log)
+    heartbeat: Heartbeat
+    running: Mapping[UUID, Running]
+    _: KW_ONLY
+    interval_secs: float
+    lease_secs: float
+    guard: float = 0.8
+    guarded: int = field(default=0, init=False)
+    """Attempts stopped by the guard."""
+    _beat_now: asyncio.Event = field(default_factory=asyncio.Event, init=False)
+    _outage: Outage = field(default_factory=lambda: Outage(log), init=False)
 
     @property
     def guard_secs(self) -> float:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import datetime
 from uuid import UUID
 
@@ -29,30 +30,25 @@ Wanted = Sequence[tuple[str | None, str]]
 """Queued P0 tasks as (agent routed to or None, task type)."""
 
 
+# A part of the worker: its fields are what it is given (kw-only from ``enabled`` on); it
+# keeps identity equality and the plain object repr.
+@dataclass(eq=False, repr=False)
 class Preemptor:
     """Asks running attempts to yield for queued P0 tasks."""
 
-    def __init__(
-        self,
-        executors: Sequence[Executor],
-        running: Mapping[UUID, Running],
-        queued_p0: Callable[[], Awaitable[Wanted]],
-        now: Callable[[], datetime],
-        jobs: Supervisor,
-        *,
-        enabled: bool,
-        after_secs: float,
-        min_priority: int,
-    ) -> None:
-        self.executors = list(executors)
-        self.running = running
-        self.queued_p0 = queued_p0
-        self.now = now
-        self.jobs = jobs
-        self.enabled = enabled
-        self.after_secs = after_secs
-        self.min_priority = min_priority
-        self._job: asyncio.Task[None] | None = None
+    executors: Sequence[Executor]
+    running: Mapping[UUID, Running]
+    queued_p0: Callable[[], Awaitable[Wanted]]
+    now: Callable[[], datetime]
+    jobs: Supervisor
+    _: KW_ONLY
+    enabled: bool
+    after_secs: float
+    min_priority: int
+    _job: asyncio.Task[None] | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        self.executors = list(self.executors)  # a list of its own, whatever it was given
 
     def p0_queued(self) -> None:
         """News of a queued P0 task: preempt shortly if it is still waiting then."""

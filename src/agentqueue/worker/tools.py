@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 from uuid import UUID
 
@@ -27,30 +28,27 @@ Answer = Callable[[UUID, str, Any], Awaitable[object]]
 """Submit a call's result."""
 
 
+# A part of the worker: its fields are what it is given (kw-only from ``concurrency`` on); it
+# keeps identity equality and the plain object repr.
+@dataclass(eq=False, repr=False)
 class ToolRunner:
     """Runs this worker's tools for the calls waiting tasks made."""
 
-    def __init__(
-        self,
-        tools: Mapping[str, Callable[[Any], Any]],
-        take: Take,
-        answer: Answer,
-        jobs: Supervisor,
-        *,
-        concurrency: int,
-        poll_secs: float,
-    ) -> None:
-        self.tools = dict(tools)
-        self.take = take
-        self.answer = answer
-        self.jobs = jobs
-        self.concurrency = concurrency
-        self.poll_secs = poll_secs
-        self.calls = 0
-        self.wake = asyncio.Event()
-        self._running: set[asyncio.Task[None]] = set()
-        self._outage = Outage(log)
-        self._answer_outage = Outage(log)
+    tools: Mapping[str, Callable[[Any], Any]]
+    take: Take
+    answer: Answer
+    jobs: Supervisor
+    _: KW_ONLY
+    concurrency: int
+    poll_secs: float
+    calls: int = field(default=0, init=False)
+    wake: asyncio.Event = field(default_factory=asyncio.Event, init=False)
+    _running: set[asyncio.Task[None]] = field(default_factory=set, init=False)
+    _outage: Outage = field(default_factory=lambda: Outage(log), init=False)
+    _answer_outage: Outage = field(default_factory=lambda: Outage(log), init=False)
+
+    def __post_init__(self) -> None:
+        self.tools = dict(self.tools)  # a dict of its own, whatever mapping it was given
 
     @property
     def running(self) -> set[asyncio.Task[None]]:
