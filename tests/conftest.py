@@ -17,6 +17,7 @@ import pytest
 
 from agentqueue import AsyncQueue, ManualClock
 from agentqueue.config import Settings
+from pg_instance import TEST_PASSWORD, PgInstance, find_bin
 
 PG_SERVER = os.environ.get("AGENTQUEUE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
 
@@ -103,3 +104,20 @@ async def queue(db_url: str, clock: ManualClock, settings: Settings) -> AsyncIte
     await q.open()
     yield q
     await q.close()
+
+
+@pytest.fixture(scope="module")
+def pg() -> Iterator[PgInstance]:
+    """A private PostgreSQL server of the test module's own, which its tests may stop, crash and
+    restart (never the shared one); initdb runs once a module, so pytest-xdist workers never
+    share one. Never skipped: without initdb and pg_ctl the tests fail saying so."""
+    try:
+        find_bin()
+    except FileNotFoundError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    instance = PgInstance(TEST_PASSWORD)
+    try:
+        instance.init()
+        yield instance
+    finally:
+        instance.destroy()

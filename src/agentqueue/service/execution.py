@@ -236,6 +236,14 @@ def storable(outcome: Outcome) -> Outcome:
     characters replaced; a result that cannot be kept (see ``checked_result``), or a checkpoint
     or tool call holding a NUL, makes the attempt fail (not retryable: it would report the same
     again), naming the field, rather than leave a batch of outcomes no database write can take."""
+    if (
+        outcome.result is None
+        and outcome.checkpoint is None
+        and outcome.tool_call is None
+        and (outcome.error is None or NUL not in outcome.error)
+        and NUL not in outcome.reason
+    ):
+        return outcome  # nothing to check: the common no-op completion stays cheap
     problem = None
     if outcome.kind is OutcomeKind.COMPLETED:
         try:

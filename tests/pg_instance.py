@@ -1,11 +1,11 @@
-"""A private PostgreSQL server for the fault tests: started, stopped and restarted at will.
+"""A private PostgreSQL server for the tests that stop, crash and restart one at will.
 
 Built with ``initdb`` and ``pg_ctl`` from ``/usr/lib/postgresql/*/bin`` in a temporary folder, on
 a free port picked at runtime, with its socket in that folder and fsync off (a server crash
 keeps what the OS holds; synchronous_commit stays on, or a crash would lose commits the
 clients were told of). When the tests run
 as root the server runs as the ``postgres`` user (PostgreSQL refuses root). It is never the
-shared server on port 5432: the fault tests stop and crash this one.
+shared server on port 5432: the tests stop and crash this one.
 """
 
 from __future__ import annotations
