@@ -14,10 +14,10 @@ from pathlib import Path
 import psycopg
 import pytest
 from fault_helpers import AGENTQUEUE, HERE
-from pg_instance import PASSWORD_ROLE, TEST_PASSWORD, PgInstance, free_port
 
 from agentqueue import Queue
 from agentqueue.store.migrate import latest_version
+from pg_instance import PASSWORD_ROLE, TEST_PASSWORD, PgInstance, free_port
 
 COMMANDS = {
     "list": ["list"],

@@ -27,9 +27,9 @@ from fault_helpers import (
     fleet_env,
     wait_until,
 )
-from pg_instance import PgInstance
 
 from agentqueue import Queue
+from pg_instance import PgInstance
 
 CONFIG = """
 [queue]
