@@ -74,6 +74,13 @@ class PostgresSession:
         await self.execute("admission_lock")
 
 
+RECONNECT_SERIES_SECS = 2.0
+"""How long one series of reconnection attempts lasts before the pool lets the next caller start
+a new one."""
+CONNECTION_WAIT_SECS = 3.0
+"""How long an operation waits for a pooled connection before StoreUnavailable."""
+
+
 class PostgresDialect:
     """Tasks and events in PostgreSQL, shared by any number of processes and machines."""
 
@@ -100,6 +107,13 @@ class PostgresDialect:
             open=False,
             kwargs={"row_factory": dict_row, "autocommit": True, "options": "-c TimeZone=UTC"},
             name="agentqueue",
+            # While the server is away, each reconnection attempt backs off (1, 2, 4, 8 s...):
+            # after a long outage the pool would find the server back only many seconds late.
+            # A short series instead, started afresh by the next caller that waits, and a
+            # bounded wait for a connection, so the loops that retry find it back within
+            # about their own pause.
+            reconnect_timeout=RECONNECT_SERIES_SECS,
+            timeout=CONNECTION_WAIT_SECS,
         )
 
     async def open(self, wait_secs: float | None = None) -> None:
