@@ -16,12 +16,12 @@ from uuid import UUID, uuid4
 
 import pytest
 
-from agentqueue import AsyncQueue, Task, TaskState
+from agentqueue import AsyncQueue, ManualClock, Task, TaskState
 from agentqueue.domain.errors import LoopFailed, StoreError, StoreUnavailable
 from agentqueue.domain.models import LogRecord
 from agentqueue.domain.states import Refusal
 from agentqueue.executors.base import AttemptControl, AttemptResult
-from agentqueue.service.execution import Outcome, OutcomeKind
+from agentqueue.service.execution import HeartbeatReply, Outcome, OutcomeKind
 from agentqueue.service.tools import ToolWork
 from agentqueue.store.base import (
     CHANNEL_CHANGED,
@@ -266,6 +266,45 @@ async def test_heartbeats_renew_the_leases_of_running_attempts(queue: AsyncQueue
     job.cancel()
     assert attempt.renewed_at > before and not attempt.control.cancel.is_set()
     assert keeper.guarded == 0
+
+
+async def test_leases_of_outcomes_not_yet_recorded_are_renewed_too(
+    queue: AsyncQueue, clock: ManualClock
+) -> None:
+    """An attempt that ended while its outcome waits to be written (the database away) keeps
+    its lease: once the database is back the outcome is recorded, rather than the task taken
+    back as lapsed and run again. A task claimed again meanwhile is renewed only as running,
+    so the old token's refusal never stops the new attempt."""
+    ended, again = await claimed(queue, 2)
+    expires = (await queue.get(ended.id)).lease_expires_at
+    assert expires is not None and again.lock_token is not None
+    attempt = running(again)
+    stale = again.evolve(lock_token=uuid4())  # an earlier attempt's outcome, still waiting
+    sent: list[list[UUID]] = []
+
+    async def heartbeat(tasks: list[Task]) -> HeartbeatReply:
+        reply = await queue.heartbeat(tasks)
+        sent.append([t.id for t in tasks])
+        return reply
+
+    keeper = LeaseKeeper(
+        heartbeat,
+        {again.id: attempt},
+        interval_secs=0.05,
+        lease_secs=30,
+        pending=lambda: [ended, stale],
+    )
+    clock.advance(5)
+    job = asyncio.create_task(keeper.run())
+    for _ in range(200):
+        if sent:
+            break
+        await asyncio.sleep(0.01)
+    job.cancel()
+    assert sent[0] == [again.id, ended.id]
+    renewed = (await queue.get(ended.id)).lease_expires_at
+    assert renewed is not None and renewed > expires
+    assert not attempt.control.cancel.is_set()
 
 
 @pytest.mark.parametrize("fault", ["refused", "hangs"])

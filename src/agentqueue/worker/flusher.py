@@ -52,6 +52,10 @@ class OutcomeFlusher:
         """Outcomes not written yet."""
         return len(self.outcomes)
 
+    def ended_tasks(self) -> list[Task]:
+        """The tasks of outcomes not recorded yet, as claimed (their leases are still ours)."""
+        return [o.claimed for o in self.outcomes if o.claimed is not None]
+
     def add(self, outcome: Outcome | None, logs: Sequence[LogRecord] = ()) -> None:
         """Gather an attempt's outcome (None: it reports none) and output."""
         if outcome is not None:

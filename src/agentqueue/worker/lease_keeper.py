@@ -45,6 +45,10 @@ class LeaseKeeper:
     interval_secs: float
     lease_secs: float
     guard: float = 0.8
+    pending: Callable[[], list[Task]] = field(default=lambda: [])
+    """Tasks whose attempts ended but whose outcomes are not recorded yet (the database is
+    away): their leases are renewed too, so that once the database is back the outcome is
+    recorded rather than the task taken back and run again."""
     guarded: int = field(default=0, init=False)
     """Attempts stopped by the guard."""
     _beat_now: asyncio.Event = field(default_factory=asyncio.Event, init=False)
@@ -78,27 +82,32 @@ class LeaseKeeper:
             self._beat_now.clear()
             self.stop_overdue()
             held = self._held()
-            if not held:
+            # A task claimed again here while its earlier outcome waits is renewed as running.
+            ended = [t for t in self.pending() if t.id not in self.running]
+            if not held and not ended:
                 pause = self.interval_secs
                 continue
-            pause = await self._renew(held)
+            pause = await self._renew(held, ended)
 
-    async def _renew(self, held: list[Running]) -> float:
-        """One heartbeat for ``held``; return the pause before the next."""
+    async def _renew(self, held: list[Running], ended: list[Task] | None = None) -> float:
+        """One heartbeat for ``held`` (and the ``ended`` attempts' tasks whose outcomes wait);
+        return the pause before the next."""
         sent = time.monotonic()
+        until_guard = self._until_guard()
+        what = self._what(len(held) + len(ended or ()))
         try:
             # The database may hang rather than refuse: never wait past the guard.
-            async with asyncio.timeout(max(0.05, self._until_guard())):
-                reply = await self.heartbeat([r.task for r in held])
+            async with asyncio.timeout(None if held == [] else max(0.05, until_guard)):
+                reply = await self.heartbeat([r.task for r in held] + list(ended or ()))
         except TimeoutError:
             error = StoreUnavailable("no answer to a heartbeat")
-            return min(self.interval_secs, self._outage.failed(error, self._what(held)))
+            return min(self.interval_secs, self._outage.failed(error, what))
         except StoreUnavailable as exc:
-            return min(self.interval_secs, self._outage.failed(exc, self._what(held)))
+            return min(self.interval_secs, self._outage.failed(exc, what))
         except AgentQueueError as exc:
             log.warning("heartbeat failed: %s", exc)
             return self.interval_secs
-        self._outage.ok(self._what(held).replace("renewing", "renewed"))
+        self._outage.ok(what.replace("renewing", "renewed"))
         for running in held:
             if running.task.id in reply.held:
                 running.renewed_at = max(running.renewed_at, sent)
@@ -116,8 +125,8 @@ class LeaseKeeper:
         return self.interval_secs
 
     @staticmethod
-    def _what(held: list[Running]) -> str:
-        return f"renewing {len(held)} lease{'s' if len(held) != 1 else ''}"
+    def _what(count: int) -> str:
+        return f"renewing {count} lease{'s' if count != 1 else ''}"
 
     def stop_overdue(self) -> None:
         """Stop every held attempt whose lease went unrenewed past the guard."""

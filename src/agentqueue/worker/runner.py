@@ -150,6 +150,7 @@ class Worker:
             interval_secs=self._heartbeat_interval(),
             lease_secs=queue.settings.queue.lease_ttl_secs,
             guard=options.lease_guard,
+            pending=self.flusher.ended_tasks,
         )
         self.tool_runner = ToolRunner(
             self.tools,
