@@ -27,7 +27,7 @@ from typing import Any, NoReturn, TypeVar
 import click
 
 from . import __version__
-from .domain.errors import AgentQueueError, InvalidInput, NotFound, StoreUnavailable
+from .domain.errors import AgentQueueError, InvalidInput, NotFound, StoreLocked, StoreUnavailable
 from .domain.models import Event, Task
 from .domain.priority import priority_name
 from .domain.states import TaskState
@@ -62,11 +62,6 @@ def fail(message: str, code: int = EXIT_ERROR) -> NoReturn:
     sys.exit(code)
 
 
-def _locked(exc: StoreUnavailable) -> bool:
-    """Whether the fault is another process's write lock on a SQLite file."""
-    return "write lock" in str(exc)
-
-
 def run(
     ctx: click.Context,
     action: Callable[[AsyncQueue], Awaitable[T]],
@@ -96,7 +91,7 @@ def run(
             return await action(queue)
         except StoreUnavailable as exc:
             saved = queue.store.commits
-            if _locked(exc) and saved:
+            if isinstance(exc, StoreLocked) and saved:
                 # Running it again would repeat the writes already saved.
                 raise AgentQueueError(
                     f"{exc}; part of this command was already saved, so it is not run again"
@@ -113,7 +108,7 @@ def run(
             try:
                 return asyncio.run(go())
             except StoreUnavailable as exc:
-                if not (one_shot and _locked(exc)):
+                if not (one_shot and isinstance(exc, StoreLocked)):
                     raise
                 if time.monotonic() >= deadline:
                     fail(f"gave up after waiting {lock_wait:g} s for the database: {exc}")

@@ -16,6 +16,20 @@ from pathlib import Path
 HERE = Path(__file__).parent
 AGENTQUEUE = str(Path(sys.executable).with_name("agentqueue"))
 LEASE_LAPSED = "lease_expired"
+FAST_RETRIES = """
+[queue]
+lease_ttl_secs = 4
+
+[retry]
+base = 1.0
+cap_secs = 0.5
+jitter = 0.0
+
+[worker]
+poll_secs = {poll_secs}
+grace_secs = 5
+"""
+"""The fault tests' configuration: a 4 s lease and quick retries, so lapses come fast."""
 """The action the scheduler records when it takes back a task whose lease lapsed
 (``Action.LEASE_EXPIRED`` in agentqueue.domain.states)."""
 

@@ -20,6 +20,7 @@ import psycopg
 import pytest
 from fault_helpers import (
     AGENTQUEUE,
+    FAST_RETRIES,
     LEASE_LAPSED,
     Fleet,
     check_outage_logged_once,
@@ -31,24 +32,15 @@ from fault_helpers import (
 from agentqueue import Queue
 from pg_instance import PgInstance
 
-CONFIG = """
-[queue]
-lease_ttl_secs = 4
-
-[retry]
-base = 1.0
-cap_secs = 0.5
-jitter = 0.0
-
-[worker]
-poll_secs = 0.5
-grace_secs = 5
-
+CONFIG = (
+    FAST_RETRIES.format(poll_secs=0.5)
+    + """
 [scheduler]
 tick_secs = 0.5
 leader_ttl_secs = 3
 renew_secs = 1.0
 """
+)
 WORKERS = 3
 DRAIN_WITHIN = 180.0
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from fault_helpers import (
     AGENTQUEUE,
+    FAST_RETRIES,
     HERE,
     LEASE_LAPSED,
     Fleet,
@@ -31,19 +32,7 @@ BUSY_TIMEOUT_SECS = 30.0
 """The SQLite store's busy timeout: past it, every write that waited meets "database is
 locked"."""
 
-CONFIG = """
-[queue]
-lease_ttl_secs = 4
-
-[retry]
-base = 1.0
-cap_secs = 0.5
-jitter = 0.0
-
-[worker]
-poll_secs = 0.2
-grace_secs = 5
-"""
+CONFIG = FAST_RETRIES.format(poll_secs=0.2)
 
 
 def states(path: Path) -> dict[str, int]:

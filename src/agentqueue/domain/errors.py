@@ -72,6 +72,11 @@ class StoreUnavailable(StoreError):
     trying again is safe even when the lost connection had committed."""
 
 
+class StoreLocked(StoreUnavailable):
+    """Another process holds the SQLite file's write lock past the busy timeout: nothing of the
+    write that met it was saved (the lock is taken before anything is written)."""
+
+
 class StoreMisconfigured(StoreError):
     """A database fault that waiting will not mend: authentication failed, no such database,
     a bad URL or connection option, a schema this release cannot use. Fails fast, naming the

@@ -14,7 +14,7 @@ from typing import Any
 from uuid import UUID
 
 from ..domain.audit import canonical_json
-from ..domain.errors import InvalidInput
+from ..domain.errors import FieldProblem, InvalidInput
 from ..domain.models import LogRecord, Task
 from ..domain.states import Action, Refusal, RefusalKind, Request, TaskState, bulk_event
 from ..domain.values import NUL, NUL_PROBLEM, nul_path, without_nul
@@ -244,15 +244,7 @@ def storable(outcome: Outcome) -> Outcome:
         and NUL not in outcome.reason
     ):
         return outcome  # nothing to check: the common no-op completion stays cheap
-    problem = None
-    if outcome.kind is OutcomeKind.COMPLETED:
-        try:
-            checked_result(outcome.result)
-        except InvalidInput as exc:
-            problem = str(exc)
-    for name in ("checkpoint", "tool_call"):
-        if problem is None and (where := nul_path(getattr(outcome, name), name)) is not None:
-            problem = f"{where}: {NUL_PROBLEM}"
+    problem = unstorable(outcome)
     if problem is not None:
         return replace(
             outcome,
@@ -262,13 +254,28 @@ def storable(outcome: Outcome) -> Outcome:
             checkpoint=None,
             checkpointed=False,
             retryable=False,
-            error=problem,
+            error=str(problem),
         )
     if outcome.error is not None and NUL in outcome.error:
         outcome = replace(outcome, error=without_nul(outcome.error))
     if NUL in outcome.reason:
         outcome = replace(outcome, reason=without_nul(outcome.reason))
     return outcome
+
+
+def unstorable(outcome: Outcome) -> FieldProblem | None:
+    """Why an outcome's data cannot be kept, naming the field (a completion's result that
+    ``checked_result`` refuses; a checkpoint or tool call holding a NUL), or None."""
+    if outcome.kind is OutcomeKind.COMPLETED:
+        try:
+            checked_result(outcome.result)
+        except InvalidInput as exc:
+            return exc.problems[0]
+    for name in ("checkpoint", "tool_call"):
+        where = nul_path(getattr(outcome, name), name)
+        if where is not None:
+            return FieldProblem(where, NUL_PROBLEM)
+    return None
 
 
 def checked_result(value: Any, limit: int = MAX_RESULT_BYTES) -> Any:
@@ -291,10 +298,9 @@ async def finish_one(rt: Runtime, outcome: Outcome, actor: str) -> Task:
     """Record one outcome; raise LeaseLost (or TransitionRefused) if it is refused, and
     InvalidInput, writing nothing, if its result cannot be kept (a batch from a worker fails
     that attempt instead: see ``storable``)."""
-    checked = storable(outcome)
-    if checked.kind is not outcome.kind:
-        where, _, problem = (checked.error or "").partition(": ")
-        raise InvalidInput(problem, where)
+    problem = unstorable(outcome)
+    if problem is not None:
+        raise InvalidInput(problem)
     result = (await finish(rt, [outcome], actor))[outcome.task_id]
     if isinstance(result, Refusal):
         raise result.error()

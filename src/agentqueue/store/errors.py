@@ -14,7 +14,7 @@ import sqlite3
 import psycopg
 from psycopg_pool import PoolTimeout
 
-from ..domain.errors import StoreError, StoreMisconfigured, StoreUnavailable
+from ..domain.errors import StoreError, StoreLocked, StoreMisconfigured, StoreUnavailable
 
 # SQLSTATE classes and codes a later try may get past: connection exceptions (08), operator
 # intervention (57P01 admin shutdown, 57P02 crash shutdown, 57P03 cannot connect now),
@@ -89,7 +89,7 @@ def from_sqlite(exc: BaseException) -> StoreError:
     message = _first_line(exc)
     lowered = message.lower()
     if "locked" in lowered or "busy" in lowered:
-        return StoreUnavailable(f"SQLite: {message} (another process holds the write lock)")
+        return StoreLocked(f"SQLite: {message} (another process holds the write lock)")
     if isinstance(exc, sqlite3.OperationalError) and (
         "unable to open" in lowered or "no such table" in lowered or "no such column" in lowered
     ):

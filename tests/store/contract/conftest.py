@@ -90,32 +90,28 @@ async def claim(
     )
 
 
-async def admit(
-    store: Store,
+def admit_params(
     limit: int,
     now: datetime,
     event: BulkEvent | None = None,
     *,
     aging_secs: float = AGING,
     paused: Sequence[str] = (),
-) -> list[UUID]:
-    """``Store.admit``; the event defaults to an ADMIT by the scheduler at ``now``."""
+) -> AdmitParams:
+    """What ``Store.admit`` and ``Tx.admit_next`` take; the event defaults to an ADMIT by the
+    scheduler at ``now``."""
     event = event or bulk_event(Action.ADMIT, now, ADMITTER)
-    return await store.admit(AdmitParams(limit, now, aging_secs, event, paused))
+    return AdmitParams(limit, now, aging_secs, event, paused)
 
 
-async def admit_next(
-    tx: Tx,
-    limit: int,
-    now: datetime,
-    event: BulkEvent | None = None,
-    *,
-    aging_secs: float = AGING,
-    paused: Sequence[str] = (),
-) -> list[UUID]:
-    """``Tx.admit_next``; the event defaults to an ADMIT by the scheduler at ``now``."""
-    event = event or bulk_event(Action.ADMIT, now, ADMITTER)
-    return await tx.admit_next(AdmitParams(limit, now, aging_secs, event, paused))
+async def admit(store: Store, limit: int, now: datetime, *args: Any, **kw: Any) -> list[UUID]:
+    """``Store.admit`` (arguments as ``admit_params``)."""
+    return await store.admit(admit_params(limit, now, *args, **kw))
+
+
+async def admit_next(tx: Tx, limit: int, now: datetime, *args: Any, **kw: Any) -> list[UUID]:
+    """``Tx.admit_next`` (arguments as ``admit_params``)."""
+    return await tx.admit_next(admit_params(limit, now, *args, **kw))
 
 
 async def admission_candidates(
