@@ -35,6 +35,7 @@ from .ids import parse_task_id
 from .queue import AsyncQueue
 from .service.reads import TaskPage
 from .store import DEFAULT_URL
+from .supervise import until_reachable
 
 T = TypeVar("T")
 
@@ -687,6 +688,7 @@ def _run_worker(
     scheduler: bool,
     grace: float | None,
     until_idle: bool,
+    api: tuple[str, int] | None = None,
 ) -> None:
     import signal
 
@@ -715,17 +717,31 @@ def _run_worker(
         )
         loop = asyncio.get_running_loop()
         interrupts = 0
+        server = None
+        if api is not None:
+            from .api.server import api_server
+
+            server = api_server(queue, *api, own_signals=False)
+            serving = asyncio.create_task(server.serve(), name="agentqueue-api")
+            await _api_started(server, serving, api)
 
         def on_signal() -> None:
             nonlocal interrupts
             interrupts += 1
             worker.stop(grace_secs=0 if interrupts > 1 else None)
+            if server is not None:
+                server.should_exit = True
 
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, on_signal)
         if until_idle:
             worker.jobs.start(_stop_when_idle(queue, worker), "agentqueue-until-idle")
-        await worker.run()
+        try:
+            await worker.run()
+        finally:
+            if server is not None:
+                server.should_exit = True
+                await serving
 
     async def _stop_when_idle(queue: AsyncQueue, worker: Any) -> None:
         quiet = 0
@@ -746,6 +762,50 @@ def _run_worker(
         await go(q)
 
     run(ctx, with_queue, db=db, one_shot=False)
+
+
+async def _api_started(server: Any, serving: asyncio.Task[None], where: tuple[str, int]) -> None:
+    """Wait until the API listens; raise if it could not start (the port is taken, say)."""
+    while not server.started:
+        if serving.done():
+            with contextlib.suppress(SystemExit):
+                serving.result()
+            raise AgentQueueError(f"the API could not listen on {where[0]}:{where[1]}")
+        await asyncio.sleep(0.02)
+    click.echo(f"API listening on http://{where[0]}:{server_port(server, where[1])}/v1", err=True)
+
+
+def server_port(server: Any, asked: int) -> int:
+    """The port a uvicorn server listens on (the one chosen when ``asked`` was 0)."""
+    for listener in getattr(server, "servers", []):
+        for sock in listener.sockets:
+            return int(sock.getsockname()[1])
+    return asked
+
+
+def _api_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    options = [
+        click.option("--host", help="Address the API listens on (default [api] host, 127.0.0.1)."),
+        click.option(
+            "--port",
+            type=click.IntRange(0, 65_535),
+            help="Port of the API (default [api] port, 8077).",
+        ),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def _api_address(ctx: click.Context, host: str | None, port: int | None) -> tuple[str, int]:
+    from .config import load_settings
+
+    opts = ctx.find_root().obj
+    try:
+        settings = load_settings(opts["config"] or None).api
+    except InvalidInput as exc:
+        fail(str(exc), EXIT_BAD_INPUT)
+    return (host or settings.host, settings.port if port is None else port)
 
 
 def _worker_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -778,11 +838,43 @@ def worker(ctx: click.Context, /, **options: Any) -> None:
 
 @main.command()
 @_worker_options
+@_api_options
+@click.option("--no-api", is_flag=True, help="Do not serve the HTTP API.")
 @click.pass_context
-def serve(ctx: click.Context, /, **options: Any) -> None:
-    """Run the scheduler and a worker in one process (the embedded deployment)."""
+def serve(
+    ctx: click.Context, /, host: str | None, port: int | None, no_api: bool, **options: Any
+) -> None:
+    """Run the scheduler, a worker and the HTTP API in one process (the embedded deployment)."""
     options["scheduler"] = True
-    _run_worker(ctx, **options)
+    address = None if no_api else _api_address(ctx, host, port)
+    _run_worker(ctx, api=address, **options)
+
+
+@main.command("api")
+@_api_options
+@click.pass_context
+def api_cmd(ctx: click.Context, host: str | None, port: int | None) -> None:
+    """Run the HTTP API alone (several API processes may share one PostgreSQL)."""
+    from .api.server import api_server
+
+    _log_to_stderr()
+    address = _api_address(ctx, host, port)
+
+    async def go(queue: AsyncQueue) -> None:
+        await until_reachable(queue.open, log_for("agentqueue.api"), "opening the database")
+        server = api_server(queue, *address)
+        serving = asyncio.create_task(server.serve(), name="agentqueue-api")
+        await _api_started(server, serving, address)
+        await serving
+
+    run(ctx, go, one_shot=False)
+
+
+def log_for(name: str) -> Any:
+    """The logger of ``name``."""
+    import logging
+
+    return logging.getLogger(name)
 
 
 @main.command()
@@ -967,6 +1059,82 @@ def schedules_rm(ctx: click.Context, name: str, tenant: str | None, as_json: boo
         emit_json(removed.to_json())
     else:
         click.echo(f"removed schedule {removed.name} (tenant {removed.tenant})")
+
+
+@main.group()
+def tokens() -> None:
+    """API tokens: create (the secret is printed once), list, revoke."""
+
+
+@tokens.command("create")
+@click.option("--name", required=True, help="The token's name: the actor on all it does.")
+@click.option(
+    "--role",
+    required=True,
+    type=click.Choice(["submitter", "approver", "operator", "admin", "worker"]),
+    help="What it may do (each of submitter < approver < operator < admin includes the one "
+    "before; worker: tool results).",
+)
+@click.option("--tenant", help="Its tenant (default: the default tenant; admin: none, all).")
+@click.option("--expires", help="Lifetime: 30m, 12h, 90d, 2w (default: never).")
+@click.option("--json", "as_json", is_flag=True, help="Print the token and secret as JSON.")
+@click.pass_context
+def tokens_create(
+    ctx: click.Context,
+    name: str,
+    role: str,
+    tenant: str | None,
+    expires: str | None,
+    as_json: bool,
+) -> None:
+    """Make a token and print its secret, this once (only a hash is kept)."""
+    made = run(ctx, lambda q: q.create_token(name, role=role, tenant=tenant, expires=expires))
+    if as_json:
+        out = made.record.to_json(datetime.now(UTC))
+        out["secret"] = made.secret
+        emit_json(out)
+        return
+    scope = made.record.tenant or "every tenant"
+    until = made.record.expires_at.isoformat() if made.record.expires_at else "never"
+    click.echo(f"token {made.record.name} ({made.record.role.value}, {scope}; expires {until})")
+    click.echo(made.secret)
+    click.echo("the secret is shown only now; keep it somewhere safe", err=True)
+
+
+@tokens.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
+@click.pass_context
+def tokens_list(ctx: click.Context, as_json: bool) -> None:
+    """Every token with its role, tenant and status (never a secret)."""
+    found = run(ctx, lambda q: q.tokens())
+    now = datetime.now(UTC)
+    if as_json:
+        emit_json([t.to_json(now) for t in found])
+        return
+    table(
+        ["name", "role", "tenant", "status", "prefix", "created", "expires"],
+        [
+            [
+                t.name,
+                t.role.value,
+                t.tenant or "*",
+                t.status(now),
+                t.prefix,
+                _ago(t.created_at),
+                t.expires_at.isoformat(timespec="seconds") if t.expires_at else "never",
+            ]
+            for t in found
+        ],
+    )
+
+
+@tokens.command("revoke")
+@click.argument("name")
+@click.pass_context
+def tokens_revoke(ctx: click.Context, name: str) -> None:
+    """Revoke token NAME (API processes stop taking it within [api] token_cache_secs)."""
+    revoked = run(ctx, lambda q: q.revoke_token(name))
+    click.echo(f"revoked token {revoked.name}")
 
 
 @main.command()

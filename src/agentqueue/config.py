@@ -296,6 +296,25 @@ class RetentionSettings(_Section):
         return RetentionPolicy(self.dead_letter_p0_days, self.dead_letter_days)
 
 
+class ApiSettings(_Section):
+    """The HTTP API (``agentqueue serve`` and ``agentqueue api``)."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8077, ge=0, le=65_535)
+    max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024, le=1024 * 1024 * 1024)
+    """A request body past this is refused (413) before it is read whole."""
+    requests_per_minute: float = Field(default=6000.0, ge=0, le=100_000_000)
+    """Requests each token may make per minute in each API process (0: no limit); past it a
+    request is answered 429 with Retry-After."""
+    burst: int = Field(default=200, ge=1, le=1_000_000)
+    """Requests a token may make at once before its rate applies."""
+    token_cache_secs: float = Field(default=5.0, ge=0, le=300)
+    """How long a process trusts a token it has checked; a revoked token stops working in
+    every API process within this time."""
+    max_wait_secs: float = Field(default=60.0, gt=0, le=3600)
+    """The longest ``?wait=`` a request may ask for."""
+
+
 class Settings(BaseSettings):
     """Everything configurable. Build with :func:`load_settings`."""
 
@@ -324,6 +343,7 @@ class Settings(BaseSettings):
     guardrails: list[GuardrailSettings] = Field(default_factory=list)
     approval: ApprovalSettings = Field(default_factory=ApprovalSettings)
     pipelines: PipelineSettings = Field(default_factory=PipelineSettings)
+    api: ApiSettings = Field(default_factory=ApiSettings)
 
     @model_validator(mode="after")
     def _known_rate_limits(self) -> Settings:

@@ -23,6 +23,7 @@ from uuid import UUID
 from .clock import Clock, SystemClock
 from .config import Settings, load_settings
 from .delivery.alerts import deliver_due_alerts
+from .domain.access import TokenRecord
 from .domain.errors import InvalidInput
 from .domain.models import Event, LogRecord, Task
 from .domain.schedule import Schedule
@@ -34,7 +35,7 @@ from .scheduler.leader import LEADERSHIP
 from .scheduler.loop import Scheduler
 from .scheduler.retention import purge_expired_dead_letters
 from .scheduler.steps import PERIODIC_STEPS, TickReport
-from .service import actions, approvals, audit, execution, pausing, reads, submit
+from .service import actions, approvals, audit, execution, pausing, reads, submit, tokens
 from .service import schedules as cron_schedules
 from .service import tools as tools_service
 from .service.audit import VerifyReport
@@ -80,26 +81,6 @@ def _acting(
     queue_param, _action, *params = signature.parameters.values()
     method.__signature__ = signature.replace(parameters=[queue_param, *params])  # type: ignore[attr-defined]
     return method
-
-
-def _states(value: TaskState | str | Iterable[TaskState | str] | None) -> tuple[TaskState, ...]:
-    if value is None:
-        return ()
-    items = [value] if isinstance(value, str | TaskState) else list(value)
-    out = []
-    for item in items:
-        try:
-            out.append(TaskState(item))
-        except ValueError:
-            known = ", ".join(s.value for s in TaskState)
-            raise InvalidInput(f"unknown state {item!r}; one of {known}", "state") from None
-    return tuple(out)
-
-
-def _names(value: str | Iterable[str] | None) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    return (value,) if isinstance(value, str) else tuple(value)
 
 
 def _lease(item: LeaseLike) -> Lease:
@@ -595,6 +576,28 @@ class AsyncQueue:
         """Check every task's audit chain; the report names the first bad event."""
         return await audit.verify(await self._ready())
 
+    # --- API tokens (R20) -------------------------------------------------------------------
+
+    async def create_token(
+        self, name: str, *, role: str, tenant: str | None = None, expires: str | None = None
+    ) -> tokens.NewToken:
+        """Make an API token called ``name`` with ``role`` (submitter, approver, operator,
+        admin or worker), bound to ``tenant`` (the default tenant if None; an admin token
+        covers every tenant and takes none), expiring after ``expires`` (``90d``, ``12h``...;
+        None: never). The secret is in the result and nowhere else."""
+        return await tokens.create_token(
+            await self._ready(), name=name, role=role, tenant=tenant, expires=expires,
+            actor=self.actor,
+        )  # fmt: skip
+
+    async def tokens(self) -> list[TokenRecord]:
+        """Every API token (revoked and expired ones too), without secrets."""
+        return await tokens.list_tokens(await self._ready())
+
+    async def revoke_token(self, name: str) -> TokenRecord:
+        """Revoke the token called ``name``; NotFound if there is no live one."""
+        return await tokens.revoke_token(await self._ready(), name)
+
     # --- cron schedules ---------------------------------------------------------------------
 
     def _schedule_tenant(self, tenant: str | None) -> str | None:
@@ -670,9 +673,9 @@ class AsyncQueue:
         return await reads.list_tasks(
             await self._ready(),
             tenant=self.tenant or tenant,
-            states=_states(state),
-            task_types=_names(task_type),
-            sources=_names(source),
+            states=reads.parse_states(state),
+            task_types=reads.names(task_type),
+            sources=reads.names(source),
             limit=limit,
             cursor=cursor,
         )
@@ -826,4 +829,7 @@ class Queue:
     schedules = _facade(AsyncQueue.schedules)
     remove_schedule = _facade(AsyncQueue.remove_schedule)
     fire_schedules = _facade(AsyncQueue.fire_schedules)
+    create_token = _facade(AsyncQueue.create_token)
+    tokens = _facade(AsyncQueue.tokens)
+    revoke_token = _facade(AsyncQueue.revoke_token)
     list = _facade(AsyncQueue.list)

@@ -228,6 +228,11 @@ def parse_specs(
     return specs
 
 
+def field_problems(exc: ValidationError) -> list[FieldProblem]:
+    """A pydantic validation error as field problems, in the words task fields use."""
+    return _problems(exc, "")
+
+
 def _problems(exc: ValidationError, prefix: str) -> list[FieldProblem]:
     found = []
     for err in exc.errors(include_url=False, include_input=False):

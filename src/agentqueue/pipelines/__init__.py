@@ -118,3 +118,10 @@ class Pipelines:
             if guardrail.name == rule and guardrail.approvers is not None:
                 return guardrail.approvers
         return frozenset(self.context.settings.approval.approvers)
+
+    def rule_approvers(self, rule: str | None) -> frozenset[str] | None:
+        """The approvers guardrail ``rule`` names itself, or None if it names none."""
+        for guardrail in self.context.guardrails:
+            if guardrail.name == rule and guardrail.approvers is not None:
+                return guardrail.approvers
+        return None

@@ -34,8 +34,9 @@ async def decide_approval(
 ) -> Task:
     """Approve (to pending) or reject (to cancelled) a task held for approval.
 
-    ``approver``: whether the caller's role makes it an approver (the HTTP API's tokens); None
-    asks the configuration (``[approval] approvers``, or the holding rule's own list). Raises
+    ``approver``: whether the caller's role makes it an approver (the HTTP API's tokens): then
+    a guardrail that names its own approvers still takes only them; None asks the
+    configuration (``[approval] approvers``, or the holding rule's own list). Raises
     Forbidden for anyone else, NotFound for a task not visible in ``tenant``, and
     TransitionRefused for a task not held for approval; nothing is written then.
     """
@@ -46,9 +47,12 @@ async def decide_approval(
     found = await rt.store.get_tasks([task_id], tenant)
     if not found:
         raise NotFound(f"no task {task_id}")
+    rule = await held_by(rt, found[0]) if found[0].hold == HOLD_APPROVAL else None
     if approver is None:
-        rule = await held_by(rt, found[0]) if found[0].hold == HOLD_APPROVAL else None
         approver = actor in rt.pipelines.approvers(rule)
+    elif approver:
+        named = rt.pipelines.rule_approvers(rule)
+        approver = named is None or actor in named
     if not approver:
         verb = "approve" if approve else "reject"
         raise Forbidden(f"{actor} is not an approver and cannot {verb} task {task_id}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 from uuid import UUID
@@ -38,6 +39,31 @@ class Stats:
     def to_json(self) -> dict[str, Any]:
         """``{"by_state": {...}, "total": n}``."""
         return {"by_state": {s.value: n for s, n in self.by_state.items()}, "total": self.total}
+
+
+def parse_states(
+    value: TaskState | str | Iterable[TaskState | str] | None,
+) -> tuple[TaskState, ...]:
+    """States named as strings (or given as states); InvalidInput naming ``state`` for an
+    unknown one."""
+    if value is None:
+        return ()
+    items = [value] if isinstance(value, str | TaskState) else list(value)
+    out = []
+    for item in items:
+        try:
+            out.append(TaskState(item))
+        except ValueError:
+            known = ", ".join(s.value for s in TaskState)
+            raise InvalidInput(f"unknown state {item!r}; one of {known}", "state") from None
+    return tuple(out)
+
+
+def names(value: str | Iterable[str] | None) -> tuple[str, ...]:
+    """One name or many as a tuple."""
+    if value is None:
+        return ()
+    return (value,) if isinstance(value, str) else tuple(value)
 
 
 async def get(rt: Runtime, task_id: UUID, tenant: str | None = None) -> Task:

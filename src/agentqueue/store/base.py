@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any, Protocol
 from uuid import UUID
 
+from ..domain.access import TokenRecord
 from ..domain.audit import StoredEvent
 from ..domain.models import Event, LogRecord, Task
 from ..domain.schedule import Schedule
@@ -475,6 +476,11 @@ class StoreLifecycle(Protocol):
         """The highest migration applied."""
         ...
 
+    def latest_schema_version(self) -> int:
+        """The highest migration this release ships (the schema is current when
+        ``schema_version`` reaches it)."""
+        ...
+
     def transaction(self) -> AbstractAsyncContextManager[Tx]:
         """A write transaction: commits on success, rolls back on error."""
         ...
@@ -646,6 +652,27 @@ class ScheduleStore(Protocol):
         ...
 
 
+class TokenStore(Protocol):
+    """API tokens (R20): stored by hash, found by the secret's lookup prefix."""
+
+    async def insert_token(self, token: TokenRecord) -> bool:
+        """Add a token; False, writing nothing, if its name or prefix is taken."""
+        ...
+
+    async def token_by_prefix(self, prefix: str) -> TokenRecord | None:
+        """The token with this lookup prefix (revoked and expired ones too), or None."""
+        ...
+
+    async def list_tokens(self) -> list[TokenRecord]:
+        """Every token, by name."""
+        ...
+
+    async def revoke_token(self, name: str, now: datetime) -> TokenRecord | None:
+        """Revoke the token called ``name`` as of ``now``; return it, or None if there is no
+        such token or it was already revoked."""
+        ...
+
+
 class Store(
     StoreLifecycle,
     TaskStore,
@@ -654,6 +681,7 @@ class Store(
     AuditReader,
     LeaderStore,
     ScheduleStore,
+    TokenStore,
     Protocol,
 ):
     """A durable home for tasks and their audit events."""

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any, Protocol, TypeVar
 from uuid import UUID
 
+from ..domain.access import Role
 from ..domain.audit import StoredEvent, data_text
 from ..domain.models import Event, LogRecord, Task
 from ..domain.schedule import CatchUp
@@ -331,6 +332,7 @@ def record_from_row(cls: type[R], row: Row, codec: Codec) -> R:
         "tuple[str, ...]": lambda value: tuple(codec.json_in(value)),
         "dict[str, Any]": codec.json_in,
         "CatchUp": CatchUp,
+        "Role": Role,
         "bool": bool,  # SQLite keeps 0 and 1
     }
     values = {f.name: decoders.get(str(f.type), _same)(row[f.name]) for f in fields(cls)}  # type: ignore[arg-type]

@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
+from ..domain.access import TokenRecord
 from ..domain.audit import StoredEvent
 from ..domain.models import Event, LogRecord, Task
 from ..domain.priority import order_key
@@ -91,6 +92,10 @@ class SQLStore(QueryOps):
     async def schema_version(self) -> int:
         """The highest applied migration, 0 on an empty database."""
         return max(await self._d.applied_versions(), default=0)
+
+    def latest_schema_version(self) -> int:
+        """The last migration shipped for this dialect."""
+        return latest_version(self.dialect)
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[SQLTx]:
@@ -367,3 +372,38 @@ class SQLStore(QueryOps):
         )
         async with self._d.write() as s:
             return await s.execute("advance_schedule", params) > 0
+
+    # --- API tokens (R20) ---------------------------------------------------------------------
+
+    async def insert_token(self, token: TokenRecord) -> bool:
+        """Insert unless the name or prefix is taken."""
+        params = self._p(
+            id=token.id,
+            name=token.name,
+            prefix=token.prefix,
+            secret_hash=token.secret_hash,
+            role=token.role.value,
+            tenant=token.tenant,
+            created_at=token.created_at,
+            created_by=token.created_by,
+            expires_at=token.expires_at,
+        )
+        async with self._d.write() as s:
+            return bool(await s.fetch("insert_token", params))
+
+    async def token_by_prefix(self, prefix: str) -> TokenRecord | None:
+        """One indexed read."""
+        rows = await self._read("token_by_prefix", prefix=prefix)
+        return record_from_row(TokenRecord, rows[0], self.codec) if rows else None
+
+    async def list_tokens(self) -> list[TokenRecord]:
+        """By name."""
+        return [
+            record_from_row(TokenRecord, r, self.codec) for r in await self._read("list_tokens")
+        ]
+
+    async def revoke_token(self, name: str, now: datetime) -> TokenRecord | None:
+        """Guarded on not yet revoked."""
+        async with self._d.write() as s:
+            rows = await s.fetch("revoke_token", self._p(name=name, now=now))
+        return record_from_row(TokenRecord, rows[0], self.codec) if rows else None

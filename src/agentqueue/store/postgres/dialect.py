@@ -40,6 +40,8 @@ PREPARED = frozenset(
         "find_live_by_source", "get_tasks", "list_tasks", "work_hints", "queued_p0",
         "active_load", "admission_candidates", "preemptible", "active_count", "pending_tenants",
         "list_schedules", "delete_schedule", "due_schedules", "advance_schedule",
+        # every API request authenticates (cached for a few seconds per process)
+        "token_by_prefix",
     }
 )  # fmt: skip
 """Queries prepared on first use (the others once psycopg's threshold is reached)."""

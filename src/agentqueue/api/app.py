@@ -1,0 +1,115 @@
+"""The ASGI app: FastAPI over one queue's runtime.
+
+``create_app(queue)`` builds it; ``agentqueue serve`` and ``agentqueue api`` serve it with
+uvicorn. Only ``/healthz`` and ``/readyz`` answer without a token.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from .. import __version__
+from ..domain import access
+from ..domain.errors import AgentQueueError
+from ..queue import AsyncQueue
+from ..service.health import readiness
+from . import models
+from .auth import Authenticator, RateLimited, RateLimiter, guarded, retry_after, route_policy
+from .middleware import BodyLimit, LastResort
+from .problems import on_agentqueue_error, on_http_error, on_validation_error, problem
+from .routes import router
+from .submitter import Submitter
+from .watch import TaskWatcher
+
+
+class UndeclaredPolicy(RuntimeError):
+    """A route was added without declaring who may call it."""
+
+
+def check_policies(app: FastAPI) -> None:
+    """Every route of the app declares a policy; raise naming the first that does not."""
+    for route in app.routes:
+        if isinstance(route, APIRoute) and route_policy(route) is None:
+            methods = ",".join(sorted(route.methods or ()))
+            raise UndeclaredPolicy(f"route {methods} {route.path} declares no policy")
+
+
+async def _rate_limited(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RateLimited)
+    return problem(429, str(exc), headers={"Retry-After": retry_after(exc)})
+
+
+def create_app(queue: AsyncQueue, *, own_queue: bool = False) -> FastAPI:
+    """The API over ``queue`` (opened when the app starts; closed when it stops if
+    ``own_queue``)."""
+    settings = queue.settings.api
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        rt = await queue.runtime()
+        app.state.runtime = rt
+        app.state.auth = Authenticator(rt, settings.token_cache_secs)
+        app.state.limiter = RateLimiter(settings.requests_per_minute, settings.burst)
+        app.state.submitter = Submitter(rt)
+        app.state.watcher = TaskWatcher(rt)
+        app.state.watcher.start()
+        try:
+            yield
+        finally:
+            await app.state.watcher.stop()
+            if own_queue:
+                await queue.close()
+
+    app = FastAPI(
+        title="agentqueue",
+        version=__version__,
+        description="A durable task queue and scheduler for AI-agent work. Every route but "
+        "/healthz and /readyz takes `Authorization: Bearer <token>`.",
+        openapi_url="/v1/openapi.json",
+        docs_url="/v1/docs",
+        redoc_url=None,
+        lifespan=lifespan,
+    )
+    app.add_exception_handler(RateLimited, _rate_limited)
+    app.add_exception_handler(AgentQueueError, on_agentqueue_error)
+    app.add_exception_handler(RequestValidationError, on_validation_error)
+    app.add_exception_handler(StarletteHTTPException, on_http_error)
+
+    @app.get(
+        "/healthz",
+        summary="The process is up",
+        response_model=models.HealthOut,
+        **guarded(access.PUBLIC),
+    )
+    async def healthz() -> dict[str, Any]:
+        """Answers while the process runs (no token, no database)."""
+        return {"status": "ok"}
+
+    @app.get(
+        "/readyz",
+        summary="The database answers and its schema is current",
+        response_model=models.HealthOut,
+        responses={503: {"model": models.HealthOut}},
+        **guarded(access.PUBLIC),
+    )
+    async def readyz(request: Request) -> Any:
+        """200 when the database answers and its schema is this release's; else 503 saying
+        what is wrong (no token)."""
+        wrong = await readiness(request.app.state.runtime)
+        if wrong is None:
+            return {"status": "ready"}
+        return JSONResponse({"status": "unavailable", "detail": wrong}, status_code=503)
+
+    app.include_router(router)
+    check_policies(app)
+    app.add_middleware(LastResort)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    return app

@@ -1,0 +1,156 @@
+"""Who is calling, and may they: bearer tokens, each route's declared policy, per-token rates.
+
+Every route under ``/v1`` declares its policy where it is defined (:func:`guarded`); the app
+refuses to start with a route that declares none, and the authorization tests walk the same
+table. A checked token is trusted for ``[api] token_cache_secs`` in this process (so a revoked
+token stops working everywhere within that time); its expiry is checked on every request.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import Depends, Request
+from fastapi.routing import APIRoute
+
+from ..domain.access import Policy, Principal, TokenRecord
+from ..domain.errors import AgentQueueError, Forbidden
+from ..service import tokens
+from ..service.runtime import Runtime
+from ..service.tokens import Unauthenticated
+
+POLICY_KEY = "x-agentqueue-policy"
+"""Where a route's policy is recorded in its OpenAPI extras (and so in the route table)."""
+
+
+class RateLimited(AgentQueueError):
+    """A token made more requests than ``[api] requests_per_minute`` allows."""
+
+    def __init__(self, retry_after: float) -> None:
+        self.retry_after = retry_after
+        super().__init__(f"too many requests for this token; try again in {retry_after:.1f} s")
+
+
+class NotAllowed(Forbidden):
+    """The token's role (or tenant scope) does not allow the route."""
+
+
+@dataclass
+class _Bucket:
+    tokens: float
+    at: float
+
+
+@dataclass
+class RateLimiter:
+    """A token bucket per token name: ``per_minute`` refilled, ``burst`` at most (0: none)."""
+
+    per_minute: float
+    burst: int
+    buckets: dict[str, _Bucket] = field(default_factory=dict)
+
+    def take(self, name: str) -> None:
+        """Take one request from ``name``'s bucket; RateLimited if it is empty."""
+        if self.per_minute <= 0:
+            return
+        now = time.monotonic()
+        bucket = self.buckets.get(name)
+        if bucket is None:
+            bucket = self.buckets[name] = _Bucket(float(self.burst), now)
+        rate = self.per_minute / 60.0
+        bucket.tokens = min(float(self.burst), bucket.tokens + (now - bucket.at) * rate)
+        bucket.at = now
+        if bucket.tokens < 1.0:
+            raise RateLimited(max(0.1, (1.0 - bucket.tokens) / rate))
+        bucket.tokens -= 1.0
+
+
+@dataclass
+class Authenticator:
+    """Checks bearer tokens against the store, remembering good ones for ``ttl_secs``."""
+
+    rt: Runtime
+    ttl_secs: float
+    cache: dict[str, tuple[float, TokenRecord]] = field(default_factory=dict)
+
+    async def principal(self, secret: str) -> Principal:
+        """Who ``secret`` stands for; Unauthenticated if nobody (now)."""
+        prefix = tokens.secret_prefix(secret)
+        now = time.monotonic()
+        cached = self.cache.get(secret)
+        if cached is not None and now - cached[0] < self.ttl_secs:
+            return tokens.check_secret(cached[1], secret, self.rt.clock.now())
+        record = await self.rt.store.token_by_prefix(prefix)
+        principal = tokens.check_secret(record, secret, self.rt.clock.now())
+        assert record is not None
+        if len(self.cache) > 10_000:
+            self.cache.clear()
+        self.cache[secret] = (now, record)
+        return principal
+
+    def forget(self, prefix: str) -> None:
+        """Stop trusting the cached token with this prefix (it was revoked here)."""
+        for secret, (_at, record) in list(self.cache.items()):
+            if record.prefix == prefix:
+                del self.cache[secret]
+
+
+def bearer(request: Request) -> str:
+    """The token of ``Authorization: Bearer ...``; Unauthenticated when there is none."""
+    header = request.headers.get("authorization")
+    if not header:
+        raise Unauthenticated("a token is required: send Authorization: Bearer <token>")
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() != "bearer" or not value.strip():
+        raise Unauthenticated("send the token as Authorization: Bearer <token>")
+    return value.strip()
+
+
+def needs(policy: Policy) -> Callable[[Request], Awaitable[Principal]]:
+    """The dependency that authenticates a request and checks ``policy``."""
+
+    async def caller(request: Request) -> Principal:
+        state = request.app.state
+        who = await state.auth.principal(bearer(request))
+        state.limiter.take(who.name)
+        if not policy.allows(who):
+            raise NotAllowed(
+                f"token {who.name!r} ({who.role.value}"
+                f"{'' if who.tenant is None else ', tenant ' + repr(who.tenant)}) cannot do this;"
+                f" it takes {policy.describe()}"
+            )
+        request.state.principal = who
+        return who
+
+    return caller
+
+
+def guarded(policy: Policy) -> dict[str, Any]:
+    """Keyword arguments for a route decorator that declare and enforce ``policy``."""
+    extra = {POLICY_KEY: policy.to_json()}
+    if policy.public:
+        return {"openapi_extra": extra}
+    return {"openapi_extra": extra, "dependencies": [Depends(needs(policy))]}
+
+
+def route_policy(route: APIRoute) -> Policy | None:
+    """The policy a route declared, if any."""
+    extra = route.openapi_extra or {}
+    found = extra.get(POLICY_KEY)
+    return Policy.from_json(found) if isinstance(found, dict) else None
+
+
+def principal(request: Request) -> Principal:
+    """The caller the route's policy let in (a dependency for handlers)."""
+    who: Principal | None = getattr(request.state, "principal", None)
+    assert who is not None, "route declared no policy"
+    return who
+
+
+def retry_after(exc: RateLimited) -> str:
+    """Whole seconds for the Retry-After header."""
+    return str(max(1, math.ceil(exc.retry_after)))

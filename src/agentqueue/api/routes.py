@@ -1,0 +1,684 @@
+"""The routes under ``/v1``, named as the CLI names its commands.
+
+Each route declares its policy (:func:`~agentqueue.api.auth.guarded`), acts as the token's name
+and within the token's tenant, and calls the service function the CLI reaches through
+``Queue``. A task of another tenant is not found (404), never forbidden: nothing says it
+exists.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from datetime import datetime
+from typing import Annotated, Any
+from uuid import UUID
+
+from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import ValidationError
+
+from ..domain import access
+from ..domain.access import Principal
+from ..domain.errors import InvalidInput
+from ..domain.models import Task
+from ..domain.states import Action, TaskState
+from ..ids import parse_task_id
+from ..service import actions, approvals, audit, pausing, reads, tokens
+from ..service import schedules as cron_schedules
+from ..service import tools as tools_service
+from ..service.runtime import Runtime
+from ..spec import TaskSpec, field_problems
+from . import models
+from .auth import guarded, principal
+
+router = APIRouter(prefix="/v1")
+Who = Annotated[Principal, Depends(principal)]
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": models.ProblemOut, "content": {"application/problem+json": {}}}
+    for code in (401, 403, 404, 409, 413, 422, 429, 503)
+}
+STREAM_KEEPALIVE_SECS = 15.0
+
+
+def _rt(request: Request) -> Runtime:
+    rt = request.app.state.runtime
+    assert isinstance(rt, Runtime)
+    return rt
+
+
+def _id(value: str) -> UUID:
+    return parse_task_id(value, "id")
+
+
+async def _json_body(request: Request) -> Any:
+    raw = await request.body()
+    if not raw:
+        raise InvalidInput("a JSON body is required", "body")
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise InvalidInput("not valid JSON", "body") from None
+
+
+def _submitted_by(who: Principal, items: list[Any], single: bool) -> None:
+    """The API never takes an actor from the body: ``requested_by``, the actor of the task's
+    creation, is the token's name."""
+    for index, item in enumerate(items):
+        if isinstance(item, dict) and item.get("requested_by", who.name) != who.name:
+            field = "requested_by" if single else f"tasks[{index}].requested_by"
+            raise InvalidInput(f"is the token's name ({who.name!r}) and cannot be set", field)
+
+
+def _task_json(task: Task) -> JSONResponse:
+    return JSONResponse(task.to_json())
+
+
+def _spec_body(model: type[Any]) -> dict[str, Any]:
+    """Describe a body the route reads itself (so it is checked with the CLI's words)."""
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": model.model_json_schema(by_alias=True)}},
+        }
+    }
+
+
+def _declared(policy: access.Policy, body: type[Any] | None = None) -> dict[str, Any]:
+    kwargs = guarded(policy)
+    if body is not None:
+        kwargs["openapi_extra"] = {**kwargs["openapi_extra"], **_spec_body(body)}
+    return kwargs
+
+
+# --- submitting ---------------------------------------------------------------------------
+
+
+@router.post(
+    "/tasks",
+    summary="Submit a task",
+    status_code=201,
+    response_model=None,
+    responses={
+        201: {"model": models.SubmitOut, "description": "Created"},
+        200: {"model": models.SubmitOut, "description": "An existing task matched"},
+        **ERRORS,
+    },
+    **_declared(access.SUBMITTER, body=TaskSpec),
+)
+async def submit(request: Request, who: Who) -> JSONResponse:
+    """Submit one task (SPEC section 1 fields). A live task with the same (tenant, source,
+    source_id), or any with the same idempotency_key, is returned instead (200,
+    ``created`` false)."""
+    body = await _json_body(request)
+    if not isinstance(body, dict):
+        raise InvalidInput("must be an object of task fields", "body")
+    _submitted_by(who, [body], single=True)
+    result = await request.app.state.submitter.submit(who, body)
+    return JSONResponse(result.to_json(), status_code=201 if result.created else 200)
+
+
+@router.post(
+    "/tasks/bulk",
+    summary="Submit many tasks, all or nothing",
+    response_model=None,
+    responses={200: {"model": models.BulkOut}, **ERRORS},
+    **_declared(access.SUBMITTER, body=models.BulkIn),
+)
+async def submit_many(request: Request, who: Who) -> JSONResponse:
+    """Submit ``{"tasks": [...]}``: every item is checked first and one bad item fails the
+    call naming ``tasks[i].field``; nothing is written then."""
+    body = await _json_body(request)
+    if not isinstance(body, dict) or not isinstance(body.get("tasks"), list):
+        raise InvalidInput('must be {"tasks": [task, ...]}', "tasks")
+    items = body["tasks"]
+    extra = sorted(set(body) - {"tasks"})
+    if extra:
+        raise InvalidInput("unknown field", extra[0])
+    if not items:
+        raise InvalidInput("must list at least one task", "tasks")
+    _submitted_by(who, items, single=False)
+    results = await request.app.state.submitter.submit_many(who, items)
+    return JSONResponse({"tasks": [r.to_json() for r in results]})
+
+
+# --- reading ------------------------------------------------------------------------------
+
+
+@router.get(
+    "/tasks",
+    summary="List tasks",
+    response_model=None,
+    responses={200: {"model": models.TaskPageOut}, **ERRORS},
+    **guarded(access.SUBMITTER),
+)
+async def list_tasks(
+    request: Request,
+    who: Who,
+    state: Annotated[list[str] | None, Query()] = None,
+    task_type: Annotated[list[str] | None, Query()] = None,
+    tenant: str | None = None,
+    source: Annotated[list[str] | None, Query()] = None,
+    source_id: str | None = None,
+    assignee: str | None = None,
+    label: Annotated[list[str] | None, Query()] = None,
+    created_after: datetime | None = None,
+    created_before: datetime | None = None,
+    limit: Annotated[int, Query(ge=1, le=reads.MAX_PAGE)] = 50,
+    cursor: str | None = None,
+) -> JSONResponse:
+    """Tasks matching every filter given, newest first. ``next`` (and the ``Link`` header)
+    pages on; a repeated parameter (``state=queued&state=executing``) matches any of them."""
+    if who.tenant is not None and tenant is not None and tenant != who.tenant:
+        raise InvalidInput(f"must be {who.tenant!r} for this token", "tenant")
+    page = await reads.list_tasks(
+        _rt(request),
+        tenant=who.tenant or tenant,
+        states=reads.parse_states(state),
+        task_types=tuple(task_type or ()),
+        sources=tuple(source or ()),
+        source_id=source_id,
+        assignee=assignee,
+        labels=tuple(label or ()),
+        created_after=created_after,
+        created_before=created_before,
+        limit=limit,
+        cursor=cursor,
+    )
+    return _page(request, page)
+
+
+def _page(request: Request, page: reads.TaskPage) -> JSONResponse:
+    headers = {}
+    if page.next_cursor is not None:
+        url = request.url.include_query_params(cursor=page.next_cursor)
+        headers["Link"] = f'<{url}>; rel="next"'
+    body = {"items": [t.to_json() for t in page.items], "next": page.next_cursor}
+    return JSONResponse(body, headers=headers)
+
+
+@router.get(
+    "/tasks/{task_id}",
+    summary="Get a task, optionally waiting for it to end",
+    response_model=None,
+    responses={200: {"model": models.TaskOut}, **ERRORS},
+    **guarded(access.SUBMITTER),
+)
+async def get_task(
+    request: Request,
+    who: Who,
+    task_id: str,
+    wait: Annotated[float, Query(ge=0, description="Seconds to wait for a terminal state")] = 0,
+) -> JSONResponse:
+    """One task. With ``wait``, the answer comes when the task reaches a terminal state or
+    the wait ends, whichever is first (at most ``[api] max_wait_secs``)."""
+    rt = _rt(request)
+    tid = _id(task_id)
+    task = await reads.get(rt, tid, who.tenant)
+    if wait <= 0 or task.terminal:
+        return _task_json(task)
+    limit = min(wait, rt.settings.api.max_wait_secs)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + limit
+    with request.app.state.watcher.watching(task) as changed:
+        while not task.terminal:
+            left = deadline - loop.time()
+            if left <= 0:
+                break
+            try:
+                async with asyncio.timeout(left):
+                    await changed.wait()
+            except TimeoutError:
+                break
+            changed.clear()
+            task = await reads.get(rt, tid, who.tenant)
+    return _task_json(task)
+
+
+@router.get(
+    "/tasks/{task_id}/events",
+    summary="A task's audit events, or a stream of them",
+    response_model=None,
+    responses={
+        200: {
+            "model": list[models.EventOut],
+            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        },
+        **ERRORS,
+    },
+    **guarded(access.SUBMITTER),
+)
+async def events(
+    request: Request,
+    who: Who,
+    task_id: str,
+    stream: Annotated[bool, Query(description="Stream as server-sent events")] = False,
+) -> Response:
+    """The task's events, oldest first. With ``stream=true`` (or ``Accept:
+    text/event-stream``), server-sent events: every event so far, then each new one as it is
+    written, ending after the task's terminal event."""
+    rt = _rt(request)
+    tid = _id(task_id)
+    found = await reads.events(rt, tid, who.tenant)
+    if not (stream or "text/event-stream" in request.headers.get("accept", "")):
+        return JSONResponse([e.to_json() for e in found])
+    task = await reads.get(rt, tid, who.tenant)
+    return StreamingResponse(
+        _event_stream(request, rt, task, who.tenant, found),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+async def _event_stream(
+    request: Request, rt: Runtime, task: Task, tenant: str | None, first: list[Any]
+) -> AsyncIterator[str]:
+    sent = 0
+    batch = first
+    with request.app.state.watcher.watching(task) as changed:
+        while True:
+            for event in batch:
+                if event.seq > sent:
+                    sent = event.seq
+                    data = json.dumps(event.to_json(), separators=(",", ":"))
+                    yield f"id: {event.seq}\nevent: {event.action}\ndata: {data}\n\n"
+            if batch and batch[-1].to_state.terminal and batch[-1].seq == sent:
+                task = await reads.get(rt, task.id, tenant)
+                if task.terminal and task.event_seq == sent:
+                    return
+            try:
+                async with asyncio.timeout(STREAM_KEEPALIVE_SECS):
+                    await changed.wait()
+            except TimeoutError:
+                if await request.is_disconnected():
+                    return
+                yield ": keep-alive\n\n"
+                continue
+            changed.clear()
+            batch = await reads.events(rt, task.id, tenant)
+
+
+@router.get(
+    "/tasks/{task_id}/logs",
+    summary="Captured output of a task's attempts",
+    response_model=None,
+    responses={200: {"model": list[models.LogOut]}, **ERRORS},
+    **guarded(access.SUBMITTER),
+)
+async def logs(
+    request: Request,
+    who: Who,
+    task_id: str,
+    stream: Annotated[str | None, Query(pattern="^(stdout|stderr|log)$")] = None,
+) -> JSONResponse:
+    """Agent stdout/stderr and handler log lines, by attempt (``stream`` filters)."""
+    rt = _rt(request)
+    task = await reads.get(rt, _id(task_id), who.tenant)
+    records = await rt.store.logs(task.id, who.tenant)
+    return JSONResponse([r.to_json() for r in records if stream is None or r.stream == stream])
+
+
+@router.get(
+    "/stats",
+    summary="Task counts by state",
+    response_model=None,
+    responses={200: {"model": models.StatsOut}, **ERRORS},
+    **guarded(access.SUBMITTER),
+)
+async def stats(request: Request, who: Who) -> JSONResponse:
+    """How many tasks of the token's tenant (every tenant for an admin) are in each state."""
+    return JSONResponse((await reads.stats(_rt(request), who.tenant)).to_json())
+
+
+@router.get(
+    "/agents",
+    summary="Configured agents and their load",
+    response_model=None,
+    responses={200: {"model": list[models.AgentOut]}, **ERRORS},
+    **guarded(access.OPERATOR),
+)
+async def agents(request: Request) -> JSONResponse:
+    """Each agent's capabilities and admitted work (over every tenant) against its cap."""
+    return JSONResponse([a.to_json() for a in await reads.agent_loads(_rt(request))])
+
+
+# --- people's actions ---------------------------------------------------------------------
+
+
+async def _optional_body(request: Request) -> Any:
+    raw = await request.body()
+    if not raw.strip():
+        return {}
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise InvalidInput("not valid JSON", "body") from None
+
+
+def _validated(model: type[Any], value: Any) -> Any:
+    try:
+        return model.model_validate(value)
+    except ValidationError as exc:
+        raise InvalidInput(field_problems(exc)) from None
+
+
+@router.post(
+    "/tasks/{task_id}/cancel",
+    summary="Cancel a task",
+    response_model=None,
+    responses={200: {"model": models.TaskOut}, **ERRORS},
+    **_declared(access.OPERATOR, body=models.ActionIn),
+)
+async def cancel(request: Request, who: Who, task_id: str) -> JSONResponse:
+    """Cancel a task that has not ended; an executing one loses its lease at once."""
+    return await _act_checked(request, who, Action.CANCEL, task_id, models.ActionIn)
+
+
+async def _act_checked(
+    request: Request, who: Principal, action: Action, task_id: str, model: type[Any]
+) -> JSONResponse:
+    body = _validated(model, await _optional_body(request))
+    tid = _id(task_id)
+    rt = _rt(request)
+    assignee = getattr(body, "assignee", None)
+    if assignee is not None:
+        task = await actions.requeue_to(
+            rt, tid, assignee, actor=who.name, reason=body.reason, tenant=who.tenant
+        )
+        return _task_json(task)
+    done = await actions.act(
+        rt, action, [tid], actor=who.name, reason=body.reason, tenant=who.tenant
+    )
+    return _task_json(done[0])
+
+
+def _decision(approve: bool) -> Any:
+    async def decide(request: Request, who: Who, task_id: str) -> JSONResponse:
+        body = _validated(models.DecisionIn, await _optional_body(request))
+        task = await approvals.decide_approval(
+            _rt(request),
+            _id(task_id),
+            approve=approve,
+            actor=who.name,
+            reason=body.reason,
+            tenant=who.tenant,
+            approver=True,
+        )
+        return _task_json(task)
+
+    verb = "approve" if approve else "reject"
+    decide.__name__ = verb
+    decide.__doc__ = (
+        "Release a task a guardrail holds for approval (to pending)"
+        if approve
+        else "Cancel a task a guardrail holds for approval"
+    ) + "; a guardrail that names its approvers takes only them. ``reason`` is required."
+    return decide
+
+
+for _approve in (True, False):
+    _verb = "approve" if _approve else "reject"
+    router.post(
+        f"/tasks/{{task_id}}/{_verb}",
+        summary=f"{_verb.capitalize()} a task held for approval",
+        response_model=None,
+        responses={200: {"model": models.TaskOut}, **ERRORS},
+        **_declared(access.APPROVER, body=models.DecisionIn),
+    )(_decision(_approve))
+
+
+@router.post(
+    "/tasks/{task_id}/tool-results/{call_id}",
+    summary="Answer a tool call a task waits on",
+    response_model=None,
+    responses={200: {"model": models.TaskOut}, **ERRORS},
+    **_declared(access.TOOL_RESULTS, body=models.ToolResultIn),
+)
+async def tool_result(request: Request, who: Who, task_id: str, call_id: str) -> JSONResponse:
+    """Answer tool call ``call_id`` with ``{"result": ...}``; the task is queued again."""
+    body = _validated(models.ToolResultIn, await _json_body(request))
+    task = await tools_service.submit_tool_result(
+        _rt(request), _id(task_id), call_id, body.result, actor=who.name, tenant=who.tenant
+    )
+    return _task_json(task)
+
+
+# --- dead letters -------------------------------------------------------------------------
+
+
+@router.get(
+    "/dlq",
+    summary="Dead letters",
+    response_model=None,
+    responses={200: {"model": models.TaskPageOut}, **ERRORS},
+    **guarded(access.OPERATOR),
+)
+async def dlq_list(
+    request: Request,
+    who: Who,
+    limit: Annotated[int, Query(ge=1, le=reads.MAX_PAGE)] = 50,
+    cursor: str | None = None,
+) -> JSONResponse:
+    """Tasks in dead_letter or manual_review, newest first."""
+    page = await reads.list_tasks(
+        _rt(request),
+        tenant=who.tenant,
+        states=(TaskState.DEAD_LETTER, TaskState.MANUAL_REVIEW),
+        limit=limit,
+        cursor=cursor,
+    )
+    return _page(request, page)
+
+
+def _dlq_action(action: Action, model: type[Any]) -> Any:
+    async def dlq_act(request: Request, who: Who, task_id: str) -> JSONResponse:
+        return await _act_checked(request, who, action, task_id, model)
+
+    dlq_act.__name__ = f"dlq_{action.value}"
+    return dlq_act
+
+
+for _action, _model, _summary in (
+    (Action.REVIEW, models.ActionIn, "Take a dead letter into manual review"),
+    (Action.REQUEUE, models.RequeueIn, "Requeue a dead letter (optionally to a new assignee)"),
+    (Action.ARCHIVE, models.ActionIn, "Archive a dead letter for good"),
+):
+    router.post(
+        f"/dlq/{{task_id}}/{_action.value}",
+        summary=_summary,
+        description=_summary + ".",
+        response_model=None,
+        responses={200: {"model": models.TaskOut}, **ERRORS},
+        **_declared(access.OPERATOR, body=_model),
+    )(_dlq_action(_action, _model))
+
+
+# --- pausing ------------------------------------------------------------------------------
+
+
+@router.get(
+    "/pause",
+    summary="Paused task types",
+    response_model=None,
+    responses={200: {"model": list[models.PausedOut]}, **ERRORS},
+    **guarded(access.OPERATOR),
+)
+async def paused(request: Request) -> JSONResponse:
+    """Every paused task type."""
+    return JSONResponse([_paused_json(p) for p in await pausing.paused(_rt(request))])
+
+
+def _paused_json(p: Any) -> dict[str, Any]:
+    return {
+        "task_type": p.task_type,
+        "paused_at": p.paused_at.isoformat(),
+        "paused_by": p.paused_by,
+        "reason": p.reason,
+    }
+
+
+@router.post(
+    "/pause/{task_type}",
+    summary="Pause a task type (every tenant)",
+    response_model=None,
+    responses={200: {"model": models.PausedOut}, **ERRORS},
+    **_declared(access.EVERY_TENANT_OPERATOR, body=models.PauseIn),
+)
+async def pause(request: Request, who: Who, task_type: str) -> JSONResponse:
+    """Stop admitting and claiming tasks of this type, in every tenant (so the token must
+    cover every tenant)."""
+    body = _validated(models.PauseIn, await _optional_body(request))
+    found = await pausing.pause(_rt(request), task_type, actor=who.name, reason=body.reason)
+    return JSONResponse(_paused_json(found))
+
+
+@router.post(
+    "/resume/{task_type}",
+    summary="Resume a paused task type",
+    response_model=None,
+    responses={200: {"model": models.ResumedOut}, **ERRORS},
+    **guarded(access.EVERY_TENANT_OPERATOR),
+)
+async def resume(request: Request, who: Who, task_type: str) -> JSONResponse:
+    """Undo a pause; ``resumed`` is false if the type was not paused."""
+    resumed = await pausing.resume(_rt(request), task_type, actor=who.name)
+    return JSONResponse({"task_type": task_type, "resumed": resumed})
+
+
+# --- schedules ----------------------------------------------------------------------------
+
+
+@router.get(
+    "/schedules",
+    summary="Cron schedules",
+    response_model=None,
+    responses={200: {"model": list[models.ScheduleOut]}, **ERRORS},
+    **guarded(access.OPERATOR),
+)
+async def schedules_list(request: Request, who: Who, tenant: str | None = None) -> JSONResponse:
+    """The token's tenant's schedules (an admin's: every tenant's, or ``tenant``'s)."""
+    scope = _tenant_scope(who, tenant)
+    found = await cron_schedules.list_schedules(_rt(request), scope)
+    return JSONResponse([s.to_json() for s in found])
+
+
+def _tenant_scope(who: Principal, tenant: str | None) -> str | None:
+    if who.tenant is not None and tenant is not None and tenant != who.tenant:
+        raise InvalidInput(f"must be {who.tenant!r} for this token", "tenant")
+    return who.tenant or tenant
+
+
+@router.post(
+    "/schedules",
+    summary="Add a cron schedule",
+    status_code=201,
+    response_model=None,
+    responses={201: {"model": models.ScheduleOut}, **ERRORS},
+    **_declared(access.OPERATOR, body=models.ScheduleIn),
+)
+async def schedules_add(request: Request, who: Who, tenant: str | None = None) -> JSONResponse:
+    """One task per slot of ``cron`` in ``tz``, exactly once even with several schedulers."""
+    body = _validated(models.ScheduleIn, await _json_body(request))
+    added = await cron_schedules.add_schedule(
+        _rt(request),
+        body.name,
+        cron=body.cron,
+        task=body.task,
+        tz=body.tz,
+        catch_up=body.catch_up,
+        tenant=_tenant_scope(who, tenant),
+        actor=who.name,
+    )
+    return JSONResponse(added.to_json(), status_code=201)
+
+
+@router.delete(
+    "/schedules/{name}",
+    summary="Remove a cron schedule",
+    response_model=None,
+    responses={200: {"model": models.ScheduleOut}, **ERRORS},
+    **guarded(access.OPERATOR),
+)
+async def schedules_rm(
+    request: Request, who: Who, name: str, tenant: str | None = None
+) -> JSONResponse:
+    """Remove a schedule (tasks it already submitted stay)."""
+    removed = await cron_schedules.remove_schedule(_rt(request), _tenant_scope(who, tenant), name)
+    return JSONResponse(removed.to_json())
+
+
+# --- tokens and verify (admin) ------------------------------------------------------------
+
+
+@router.get(
+    "/tokens",
+    summary="API tokens",
+    response_model=None,
+    responses={200: {"model": list[models.TokenOut]}, **ERRORS},
+    **guarded(access.ADMIN),
+)
+async def tokens_list(request: Request) -> JSONResponse:
+    """Every token, without its secret."""
+    rt = _rt(request)
+    now = rt.clock.now()
+    return JSONResponse([t.to_json(now) for t in await tokens.list_tokens(rt)])
+
+
+@router.post(
+    "/tokens",
+    summary="Make an API token",
+    status_code=201,
+    response_model=None,
+    responses={201: {"model": models.NewTokenOut}, **ERRORS},
+    **_declared(access.ADMIN, body=models.TokenIn),
+)
+async def tokens_create(request: Request, who: Who) -> JSONResponse:
+    """A new token; its ``secret`` is in this answer and nowhere else, ever."""
+    body = _validated(models.TokenIn, await _json_body(request))
+    rt = _rt(request)
+    made = await tokens.create_token(
+        rt, name=body.name, role=body.role, tenant=body.tenant, expires=body.expires,
+        actor=who.name,
+    )  # fmt: skip
+    out = made.record.to_json(rt.clock.now())
+    out["secret"] = made.secret
+    return JSONResponse(out, status_code=201, headers={"Cache-Control": "no-store"})
+
+
+@router.post(
+    "/tokens/{name}/revoke",
+    summary="Revoke an API token",
+    response_model=None,
+    responses={200: {"model": models.TokenOut}, **ERRORS},
+    **guarded(access.ADMIN),
+)
+async def tokens_revoke(request: Request, name: str) -> JSONResponse:
+    """Revoke a token: it stops working in every API process within ``[api]
+    token_cache_secs``."""
+    rt = _rt(request)
+    revoked = await tokens.revoke_token(rt, name)
+    request.app.state.auth.forget(revoked.prefix)
+    return JSONResponse(revoked.to_json(rt.clock.now()))
+
+
+@router.get(
+    "/verify",
+    summary="Check every audit chain",
+    response_model=None,
+    responses={200: {"model": models.VerifyOut}, **ERRORS},
+    **guarded(access.ADMIN),
+)
+async def verify(request: Request) -> JSONResponse:
+    """Walk every task's audit chain; ``ok`` false and ``breaks`` name what does not hold."""
+    report = await audit.verify(_rt(request))
+    return JSONResponse(
+        {
+            "ok": report.ok,
+            "tasks": report.tasks,
+            "events": report.events,
+            "purged": report.purged,
+            "breaks": [str(b) for b in report.breaks],
+        }
+    )
