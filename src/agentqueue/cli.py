@@ -719,11 +719,12 @@ def _run_worker(
         interrupts = 0
         server = None
         if api is not None:
-            from .api.server import api_server
+            from .api.server import api_server, listen
 
+            sock = listen(*api)
             server = api_server(queue, *api, own_signals=False)
-            serving = asyncio.create_task(server.serve(), name="agentqueue-api")
-            await _api_started(server, serving, api)
+            serving = asyncio.create_task(server.serve([sock]), name="agentqueue-api")
+            await _api_started(server, serving, sock, api[0])
 
         def on_signal() -> None:
             nonlocal interrupts
@@ -764,23 +765,16 @@ def _run_worker(
     run(ctx, with_queue, db=db, one_shot=False)
 
 
-async def _api_started(server: Any, serving: asyncio.Task[None], where: tuple[str, int]) -> None:
-    """Wait until the API listens; raise if it could not start (the port is taken, say)."""
+async def _api_started(server: Any, serving: asyncio.Task[None], sock: Any, host: str) -> None:
+    """Wait until the API serves; say where (the port chosen when 0 was asked)."""
+    from .api.server import bound_port
+
     while not server.started:
         if serving.done():
-            with contextlib.suppress(SystemExit):
-                serving.result()
-            raise AgentQueueError(f"the API could not listen on {where[0]}:{where[1]}")
+            serving.result()
+            raise AgentQueueError("the API stopped as it started")
         await asyncio.sleep(0.02)
-    click.echo(f"API listening on http://{where[0]}:{server_port(server, where[1])}/v1", err=True)
-
-
-def server_port(server: Any, asked: int) -> int:
-    """The port a uvicorn server listens on (the one chosen when ``asked`` was 0)."""
-    for listener in getattr(server, "servers", []):
-        for sock in listener.sockets:
-            return int(sock.getsockname()[1])
-    return asked
+    click.echo(f"API listening on http://{host}:{bound_port(sock)}/v1", err=True)
 
 
 def _api_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -855,16 +849,22 @@ def serve(
 @click.pass_context
 def api_cmd(ctx: click.Context, host: str | None, port: int | None) -> None:
     """Run the HTTP API alone (several API processes may share one PostgreSQL)."""
-    from .api.server import api_server
+    import signal
+
+    from .api.server import api_server, listen
 
     _log_to_stderr()
     address = _api_address(ctx, host, port)
 
     async def go(queue: AsyncQueue) -> None:
+        sock = listen(*address)
         await until_reachable(queue.open, log_for("agentqueue.api"), "opening the database")
-        server = api_server(queue, *address)
-        serving = asyncio.create_task(server.serve(), name="agentqueue-api")
-        await _api_started(server, serving, address)
+        server = api_server(queue, *address, own_signals=False)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, lambda: setattr(server, "should_exit", True))
+        serving = asyncio.create_task(server.serve([sock]), name="agentqueue-api")
+        await _api_started(server, serving, sock, address[0])
         await serving
 
     run(ctx, go, one_shot=False)
