@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import logging
 from collections import defaultdict
+from collections.abc import Iterator
 from uuid import UUID
 
 from ..domain.errors import StoreError
@@ -45,7 +46,7 @@ class TaskWatcher:
             self._loop = None
 
     @contextlib.contextmanager
-    def watching(self, task: Task):  # type: ignore[no-untyped-def]
+    def watching(self, task: Task) -> Iterator[asyncio.Event]:
         """Within the block, ``changed`` (yielded) is set whenever ``task`` moves on."""
         changed = asyncio.Event()
         self._waiters[task.id].add(changed)
