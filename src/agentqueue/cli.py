@@ -469,6 +469,11 @@ def _submit_fields(flags: dict[str, Any]) -> dict[str, Any]:
 @click.option("--type", "task_type", multiple=True, help="Only this task type (repeatable).")
 @click.option("--tenant", help="Only this tenant.")
 @click.option("--source", multiple=True, help="Only this source (repeatable).")
+@click.option("--source-id", help="Only tasks with this source_id.")
+@click.option("--assignee", help="Only tasks with this assignee.")
+@click.option("--label", multiple=True, help="Only tasks with this label (repeatable: every one).")
+@click.option("--created-after", help="Created at or after: ISO 8601 time or +30s/+5m/+2h/+1d.")
+@click.option("--created-before", help="Created before: ISO 8601 time or +30s/+5m/+2h/+1d.")
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 1000))
 @click.option("--cursor", help="Continue from a previous page's next_cursor.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
@@ -479,11 +484,21 @@ def list_cmd(
     task_type: tuple[str, ...],
     tenant: str | None,
     source: tuple[str, ...],
+    source_id: str | None,
+    assignee: str | None,
+    label: tuple[str, ...],
+    created_after: str | None,
+    created_before: str | None,
     limit: int,
     cursor: str | None,
     as_json: bool,
 ) -> None:
     """List tasks, newest first."""
+    try:
+        after = None if created_after is None else parse_when(created_after, "created_after")
+        before = None if created_before is None else parse_when(created_before, "created_before")
+    except InvalidInput as exc:
+        fail(str(exc), EXIT_BAD_INPUT)
     page = run(
         ctx,
         lambda q: q.list(
@@ -491,6 +506,11 @@ def list_cmd(
             task_type=task_type or None,
             source=source or None,
             tenant=tenant,
+            source_id=source_id,
+            assignee=assignee,
+            label=label or None,
+            created_after=after,
+            created_before=before,
             limit=limit,
             cursor=cursor,
         ),

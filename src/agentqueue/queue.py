@@ -17,6 +17,7 @@ import logging
 import os
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import Any, Concatenate, ParamSpec, Self, TypeVar
 from uuid import UUID
 
@@ -661,10 +662,20 @@ class AsyncQueue:
         task_type: str | Iterable[str] | None = None,
         source: str | Iterable[str] | None = None,
         tenant: str | None = None,
+        source_id: str | None = None,
+        assignee: str | None = None,
+        label: str | Iterable[str] | None = None,
+        created_after: datetime | str | None = None,
+        created_before: datetime | str | None = None,
         limit: int = 50,
         cursor: str | None = None,
     ) -> TaskPage:
-        """Tasks matching every given filter, newest first; ``next_cursor`` pages on."""
+        """Tasks matching every given filter, newest first; ``next_cursor`` pages on.
+
+        ``label``: the tasks carry this label, or every one of these labels.
+        ``created_after`` (inclusive) and ``created_before`` (exclusive): datetimes or ISO 8601
+        text, UTC when they name no offset; InvalidInput names a bad one.
+        """
         if self.tenant is not None and tenant is not None and tenant != self.tenant:
             raise InvalidInput(f"must be {self.tenant!r} here", "tenant")
         return await reads.list_tasks(
@@ -673,6 +684,11 @@ class AsyncQueue:
             states=_states(state),
             task_types=_names(task_type),
             sources=_names(source),
+            source_id=source_id,
+            assignee=assignee,
+            labels=_names(label),
+            created_after=created_after,
+            created_before=created_before,
             limit=limit,
             cursor=cursor,
         )

@@ -131,6 +131,30 @@ def test_list_pages_with_the_printed_cursor(db_url: str) -> None:
     assert [t["title"] for t in rest] == ["t1", "t0"]
 
 
+def test_list_filters_by_source_id_assignee_labels_and_creation_time(db_url: str) -> None:
+    def submit(title: str, *flags: str) -> Any:
+        return ok_json(db_url, "submit", "--title", title, "--type", "docs", *flags)
+
+    first = submit("first", "--source", "issue", "--source-id", "o/r#1", "--label", "db")
+    second = submit("second", "--assignee", "alice", "--label", "db", "--label", "python")
+    third = submit("third", "--assignee", "alice", "--label", "python")
+
+    def titles(*flags: str) -> list[str]:
+        return [t["title"] for t in ok_json(db_url, "list", *flags)]
+
+    assert titles("--source-id", "o/r#1") == ["first"]
+    assert titles("--assignee", "alice") == ["third", "second"]
+    assert titles("--label", "db") == ["second", "first"]
+    assert titles("--label", "python", "--label", "db") == ["second"]
+    assert titles("--assignee", "alice", "--label", "db", "--source", "api") == ["second"]
+    assert titles("--created-after", second["created_at"]) == ["third", "second"]
+    assert titles("--created-before", second["created_at"]) == ["first"]
+    window = ("--created-after", first["created_at"], "--created-before", third["created_at"])
+    assert titles(*window) == ["second", "first"]
+    assert titles(*window, "--assignee", "alice") == ["second"]
+    assert titles("--created-after", "+1h") == []
+
+
 def test_cancel_and_dead_letter_actions_are_audited_with_actor_and_reason(db_url: str) -> None:
     task = ok_json(db_url, "submit", "--title", "cancel me", "--type", "docs")
     cancelled = ok_json(db_url, "cancel", task["id"], "--reason", "duplicate work")
@@ -183,6 +207,9 @@ BAD_INPUTS = [
     (["submit", "--title", "t", "--type", "docs", "--depends-on", "not-an-id"], "depends_on"),
     (["submit", "--type", "docs"], "title"),
     (["list", "--state", "sleeping"], "--state"),
+    (["list", "--created-after", "yesterday"], "created_after"),
+    (["list", "--created-before", "2026-02-30"], "created_before"),
+    (["list", "--created-after", "2026-03-02", "--created-before", "2026-03-01"], "created_after"),
     (["show", "12345"], "id"),
     (["events", "zzz"], "id"),
     (["cancel", "not-a-uuid"], "id"),
