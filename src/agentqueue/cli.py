@@ -593,12 +593,16 @@ def _person_action(name: str, verb: str, reason_required: bool = False) -> Calla
         tid = _id(task_id)
         actor = ctx.find_root().obj["actor"]
         task = run(ctx, lambda q: getattr(q, name)(tid, actor=actor, reason=reason))
-        if as_json:
-            emit_json(task.to_json())
-        else:
-            click.echo(f"{verb} {task.id} by {actor} (now {task.state.value})")
+        _acted(task, f"{verb} {task.id} by {actor}", as_json)
 
     return command
+
+
+def _acted(task: Task, done: str, as_json: bool) -> None:
+    if as_json:
+        emit_json(task.to_json())
+    else:
+        click.echo(f"{done} (now {task.state.value})")
 
 
 main.command("cancel", help="Cancel a task that has not ended.")(
@@ -634,9 +638,25 @@ def dlq_list(ctx: click.Context, limit: int, cursor: str | None, as_json: bool) 
 dlq.command("review", help="Take a dead letter into manual review.")(
     _person_action("review", "taken for review:")
 )
-dlq.command("requeue", help="Put a dead letter back in the queue (retry count reset).")(
-    _person_action("requeue", "requeued")
-)
+
+
+@dlq.command("requeue")
+@click.argument("task_id", metavar="ID")
+@click.option("--reason", default="", help="Why, for the audit log.")
+@click.option("--assignee", help="Hand it to this assignee (routed afresh for it).")
+@click.option("--json", "as_json", is_flag=True, help="Print the task as JSON.")
+@click.pass_context
+def dlq_requeue(
+    ctx: click.Context, task_id: str, reason: str, assignee: str | None, as_json: bool
+) -> None:
+    """Put a dead letter back in the queue (retry count reset)."""
+    tid = _id(task_id)
+    actor = ctx.find_root().obj["actor"]
+    task = run(ctx, lambda q: q.requeue(tid, actor=actor, reason=reason, assignee=assignee))
+    handed = f" to {task.assignee}" if assignee is not None else ""
+    _acted(task, f"requeued {task.id}{handed} by {actor}", as_json)
+
+
 dlq.command("archive", help="Discard a dead letter for good.")(
     _person_action("archive", "archived")
 )

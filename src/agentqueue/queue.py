@@ -280,6 +280,16 @@ class AsyncQueue:
         actor: str | None = None,
         reason: str = "",
     ) -> Task:
+        return await self._act_on(action, task_id, actor, reason)
+
+    async def _act_on(
+        self,
+        action: Action,
+        task_id: UUID | str,
+        actor: str | None,
+        reason: str,
+        assignee: str | None = None,
+    ) -> Task:
         done = await actions.act(
             await self._ready(),
             action,
@@ -287,6 +297,7 @@ class AsyncQueue:
             actor=actor or self.actor,
             reason=reason,
             tenant=self.tenant,
+            assignee=assignee,
         )
         return done[0]
 
@@ -296,12 +307,24 @@ class AsyncQueue:
         "Cancel a task that has not ended; an executing one loses its lease at once.",
     )
     review = _acting(_act, Action.REVIEW, "Take a dead letter into manual_review.")
-    requeue = _acting(
-        _act,
-        Action.REQUEUE,
-        "Put a dead letter (or a task in review) back in the queue with retry_count reset.",
-    )
     archive = _acting(_act, Action.ARCHIVE, "Discard a dead letter (or a task in review) for good.")
+
+    async def requeue(
+        self,
+        task_id: UUID | str,
+        *,
+        actor: str | None = None,
+        reason: str = "",
+        assignee: str | None = None,
+    ) -> Task:
+        """Put a dead letter (or a task in review) back in the queue with retry_count reset.
+
+        ``assignee`` hands it to a new assignee in the same change (the requeue event records
+        it): the task is routed afresh for it, as admission would route it, in place of the
+        agent it had. InvalidInput naming ``assignee`` for a bad name, or when no agent can
+        take the task.
+        """
+        return await self._act_on(Action.REQUEUE, task_id, actor, reason, assignee)
 
     async def _decide(
         self, approve: bool, task_id: UUID | str, actor: str | None, reason: str

@@ -178,6 +178,25 @@ def test_cancel_and_dead_letter_actions_are_audited_with_actor_and_reason(db_url
     assert archive_queued.exit_code == 1 and "queued" in archive_queued.stderr
 
 
+def test_dlq_requeue_hands_the_task_to_a_new_assignee(db_url: str) -> None:
+    with Queue(db_url) as q:
+        dead = q.submit(title="doomed", task_type="docs", max_retries=0, assignee="alice").task
+        q.admit()
+        [claimed] = q.claim(1, "w")
+        assert claimed.lock_token is not None
+        q.fail(claimed.id, claimed.lock_token, "boom")
+    bad = cli(db_url, "dlq", "requeue", str(dead.id), "--assignee", "bob smith")
+    assert bad.exit_code == 2 and "assignee" in bad.stderr
+    human = cli(db_url, "dlq", "requeue", str(dead.id), "--assignee", "bob", "--reason", "x")
+    assert human.exit_code == 0, human.output
+    assert f"requeued {dead.id} to bob by tester (now queued)" in human.stdout
+    shown = ok_json(db_url, "show", str(dead.id))
+    assert (shown["state"], shown["assignee"], shown["agent"]) == ("queued", "bob", None)
+    last = ok_json(db_url, "events", str(dead.id))[-1]
+    assert (last["action"], last["actor"], last["reason"]) == ("requeue", "tester", "x")
+    assert last["data"]["assignee"] == "bob" and last["data"]["previous_assignee"] == "alice"
+
+
 def test_verify_exits_1_naming_the_tampered_event(db_url: str) -> None:
     task = ok_json(db_url, "submit", "--title", "audited", "--type", "docs")
     ok_json(db_url, "cancel", task["id"])
