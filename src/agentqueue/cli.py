@@ -470,6 +470,11 @@ def _submit_fields(flags: dict[str, Any]) -> dict[str, Any]:
 @click.option("--type", "task_type", multiple=True, help="Only this task type (repeatable).")
 @click.option("--tenant", help="Only this tenant.")
 @click.option("--source", multiple=True, help="Only this source (repeatable).")
+@click.option("--source-id", help="Only tasks with this source_id.")
+@click.option("--assignee", help="Only tasks with this assignee.")
+@click.option("--label", multiple=True, help="Only tasks with this label (repeatable: every one).")
+@click.option("--created-after", help="Created at or after: ISO 8601 time or +30s/+5m/+2h/+1d.")
+@click.option("--created-before", help="Created before: ISO 8601 time or +30s/+5m/+2h/+1d.")
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 1000))
 @click.option("--cursor", help="Continue from a previous page's next_cursor.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
@@ -480,11 +485,21 @@ def list_cmd(
     task_type: tuple[str, ...],
     tenant: str | None,
     source: tuple[str, ...],
+    source_id: str | None,
+    assignee: str | None,
+    label: tuple[str, ...],
+    created_after: str | None,
+    created_before: str | None,
     limit: int,
     cursor: str | None,
     as_json: bool,
 ) -> None:
     """List tasks, newest first."""
+    try:
+        after = None if created_after is None else parse_when(created_after, "created_after")
+        before = None if created_before is None else parse_when(created_before, "created_before")
+    except InvalidInput as exc:
+        fail(str(exc), EXIT_BAD_INPUT)
     page = run(
         ctx,
         lambda q: q.list(
@@ -492,6 +507,11 @@ def list_cmd(
             task_type=task_type or None,
             source=source or None,
             tenant=tenant,
+            source_id=source_id,
+            assignee=assignee,
+            label=label or None,
+            created_after=after,
+            created_before=before,
             limit=limit,
             cursor=cursor,
         ),
@@ -574,12 +594,16 @@ def _person_action(name: str, verb: str, reason_required: bool = False) -> Calla
         tid = _id(task_id)
         actor = ctx.find_root().obj["actor"]
         task = run(ctx, lambda q: getattr(q, name)(tid, actor=actor, reason=reason))
-        if as_json:
-            emit_json(task.to_json())
-        else:
-            click.echo(f"{verb} {task.id} by {actor} (now {task.state.value})")
+        _acted(task, f"{verb} {task.id} by {actor}", as_json)
 
     return command
+
+
+def _acted(task: Task, done: str, as_json: bool) -> None:
+    if as_json:
+        emit_json(task.to_json())
+    else:
+        click.echo(f"{done} (now {task.state.value})")
 
 
 main.command("cancel", help="Cancel a task that has not ended.")(
@@ -615,9 +639,25 @@ def dlq_list(ctx: click.Context, limit: int, cursor: str | None, as_json: bool) 
 dlq.command("review", help="Take a dead letter into manual review.")(
     _person_action("review", "taken for review:")
 )
-dlq.command("requeue", help="Put a dead letter back in the queue (retry count reset).")(
-    _person_action("requeue", "requeued")
-)
+
+
+@dlq.command("requeue")
+@click.argument("task_id", metavar="ID")
+@click.option("--reason", default="", help="Why, for the audit log.")
+@click.option("--assignee", help="Hand it to this assignee (routed afresh for it).")
+@click.option("--json", "as_json", is_flag=True, help="Print the task as JSON.")
+@click.pass_context
+def dlq_requeue(
+    ctx: click.Context, task_id: str, reason: str, assignee: str | None, as_json: bool
+) -> None:
+    """Put a dead letter back in the queue (retry count reset)."""
+    tid = _id(task_id)
+    actor = ctx.find_root().obj["actor"]
+    task = run(ctx, lambda q: q.requeue(tid, actor=actor, reason=reason, assignee=assignee))
+    handed = f" to {task.assignee}" if assignee is not None else ""
+    _acted(task, f"requeued {task.id}{handed} by {actor}", as_json)
+
+
 dlq.command("archive", help="Discard a dead letter for good.")(
     _person_action("archive", "archived")
 )

@@ -17,6 +17,7 @@ import logging
 import os
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import Any, Concatenate, ParamSpec, Self, TypeVar
 from uuid import UUID
 
@@ -260,6 +261,16 @@ class AsyncQueue:
         actor: str | None = None,
         reason: str = "",
     ) -> Task:
+        return await self._act_on(action, task_id, actor, reason)
+
+    async def _act_on(
+        self,
+        action: Action,
+        task_id: UUID | str,
+        actor: str | None,
+        reason: str,
+        assignee: str | None = None,
+    ) -> Task:
         done = await actions.act(
             await self._ready(),
             action,
@@ -267,6 +278,7 @@ class AsyncQueue:
             actor=actor or self.actor,
             reason=reason,
             tenant=self.tenant,
+            assignee=assignee,
         )
         return done[0]
 
@@ -276,12 +288,24 @@ class AsyncQueue:
         "Cancel a task that has not ended; an executing one loses its lease at once.",
     )
     review = _acting(_act, Action.REVIEW, "Take a dead letter into manual_review.")
-    requeue = _acting(
-        _act,
-        Action.REQUEUE,
-        "Put a dead letter (or a task in review) back in the queue with retry_count reset.",
-    )
     archive = _acting(_act, Action.ARCHIVE, "Discard a dead letter (or a task in review) for good.")
+
+    async def requeue(
+        self,
+        task_id: UUID | str,
+        *,
+        actor: str | None = None,
+        reason: str = "",
+        assignee: str | None = None,
+    ) -> Task:
+        """Put a dead letter (or a task in review) back in the queue with retry_count reset.
+
+        ``assignee`` hands it to a new assignee in the same change (the requeue event records
+        it): the task is routed afresh for it, as admission would route it, in place of the
+        agent it had. InvalidInput naming ``assignee`` for a bad name, or when no agent can
+        take the task.
+        """
+        return await self._act_on(Action.REQUEUE, task_id, actor, reason, assignee)
 
     async def _decide(
         self, approve: bool, task_id: UUID | str, actor: str | None, reason: str
@@ -664,10 +688,20 @@ class AsyncQueue:
         task_type: str | Iterable[str] | None = None,
         source: str | Iterable[str] | None = None,
         tenant: str | None = None,
+        source_id: str | None = None,
+        assignee: str | None = None,
+        label: str | Iterable[str] | None = None,
+        created_after: datetime | str | None = None,
+        created_before: datetime | str | None = None,
         limit: int = 50,
         cursor: str | None = None,
     ) -> TaskPage:
-        """Tasks matching every given filter, newest first; ``next_cursor`` pages on."""
+        """Tasks matching every given filter, newest first; ``next_cursor`` pages on.
+
+        ``label``: the tasks carry this label, or every one of these labels.
+        ``created_after`` (inclusive) and ``created_before`` (exclusive): datetimes or ISO 8601
+        text, UTC when they name no offset; InvalidInput names a bad one.
+        """
         if self.tenant is not None and tenant is not None and tenant != self.tenant:
             raise InvalidInput(f"must be {self.tenant!r} here", "tenant")
         return await reads.list_tasks(
@@ -676,6 +710,11 @@ class AsyncQueue:
             states=reads.parse_states(state),
             task_types=reads.names(task_type),
             sources=reads.names(source),
+            source_id=source_id,
+            assignee=assignee,
+            labels=reads.names(label),
+            created_after=created_after,
+            created_before=created_before,
             limit=limit,
             cursor=cursor,
         )

@@ -131,6 +131,30 @@ def test_list_pages_with_the_printed_cursor(db_url: str) -> None:
     assert [t["title"] for t in rest] == ["t1", "t0"]
 
 
+def test_list_filters_by_source_id_assignee_labels_and_creation_time(db_url: str) -> None:
+    def submit(title: str, *flags: str) -> Any:
+        return ok_json(db_url, "submit", "--title", title, "--type", "docs", *flags)
+
+    first = submit("first", "--source", "issue", "--source-id", "o/r#1", "--label", "db")
+    second = submit("second", "--assignee", "alice", "--label", "db", "--label", "python")
+    third = submit("third", "--assignee", "alice", "--label", "python")
+
+    def titles(*flags: str) -> list[str]:
+        return [t["title"] for t in ok_json(db_url, "list", *flags)]
+
+    assert titles("--source-id", "o/r#1") == ["first"]
+    assert titles("--assignee", "alice") == ["third", "second"]
+    assert titles("--label", "db") == ["second", "first"]
+    assert titles("--label", "python", "--label", "db") == ["second"]
+    assert titles("--assignee", "alice", "--label", "db", "--source", "api") == ["second"]
+    assert titles("--created-after", second["created_at"]) == ["third", "second"]
+    assert titles("--created-before", second["created_at"]) == ["first"]
+    window = ("--created-after", first["created_at"], "--created-before", third["created_at"])
+    assert titles(*window) == ["second", "first"]
+    assert titles(*window, "--assignee", "alice") == ["second"]
+    assert titles("--created-after", "+1h") == []
+
+
 def test_cancel_and_dead_letter_actions_are_audited_with_actor_and_reason(db_url: str) -> None:
     task = ok_json(db_url, "submit", "--title", "cancel me", "--type", "docs")
     cancelled = ok_json(db_url, "cancel", task["id"], "--reason", "duplicate work")
@@ -152,6 +176,25 @@ def test_cancel_and_dead_letter_actions_are_audited_with_actor_and_reason(db_url
     assert requeued["state"] == "queued" and requeued["retry_count"] == 0
     archive_queued = cli(db_url, "dlq", "archive", str(dead.id))
     assert archive_queued.exit_code == 1 and "queued" in archive_queued.stderr
+
+
+def test_dlq_requeue_hands_the_task_to_a_new_assignee(db_url: str) -> None:
+    with Queue(db_url) as q:
+        dead = q.submit(title="doomed", task_type="docs", max_retries=0, assignee="alice").task
+        q.admit()
+        [claimed] = q.claim(1, "w")
+        assert claimed.lock_token is not None
+        q.fail(claimed.id, claimed.lock_token, "boom")
+    bad = cli(db_url, "dlq", "requeue", str(dead.id), "--assignee", "bob smith")
+    assert bad.exit_code == 2 and "assignee" in bad.stderr
+    human = cli(db_url, "dlq", "requeue", str(dead.id), "--assignee", "bob", "--reason", "x")
+    assert human.exit_code == 0, human.output
+    assert f"requeued {dead.id} to bob by tester (now queued)" in human.stdout
+    shown = ok_json(db_url, "show", str(dead.id))
+    assert (shown["state"], shown["assignee"], shown["agent"]) == ("queued", "bob", None)
+    last = ok_json(db_url, "events", str(dead.id))[-1]
+    assert (last["action"], last["actor"], last["reason"]) == ("requeue", "tester", "x")
+    assert last["data"]["assignee"] == "bob" and last["data"]["previous_assignee"] == "alice"
 
 
 def test_verify_exits_1_naming_the_tampered_event(db_url: str) -> None:
@@ -183,6 +226,9 @@ BAD_INPUTS = [
     (["submit", "--title", "t", "--type", "docs", "--depends-on", "not-an-id"], "depends_on"),
     (["submit", "--type", "docs"], "title"),
     (["list", "--state", "sleeping"], "--state"),
+    (["list", "--created-after", "yesterday"], "created_after"),
+    (["list", "--created-before", "2026-02-30"], "created_before"),
+    (["list", "--created-after", "2026-03-02", "--created-before", "2026-03-01"], "created_after"),
     (["show", "12345"], "id"),
     (["events", "zzz"], "id"),
     (["cancel", "not-a-uuid"], "id"),

@@ -289,6 +289,47 @@ def test_requeue_resets_retry_count_and_clears_the_error() -> None:
     assert after.retry_count == 0 and after.error is None and after.run_after is None
 
 
+def test_requeue_keeps_the_assignee_and_agent_unless_given_a_new_assignee() -> None:
+    dead = make_task(S.DEAD_LETTER, retry_count=3).evolve(agent="coder")
+    kept = decide(dead, _req(Action.REQUEUE))
+    assert isinstance(kept, Transition)
+    assert "assignee" not in kept.changes and "agent" not in kept.changes
+    assert kept.data == {"previous_retry_count": 3}
+    after = kept.apply(dead)
+    assert (after.assignee, after.agent) == ("coder", "coder")
+
+
+@pytest.mark.parametrize("state", [S.DEAD_LETTER, S.MANUAL_REVIEW])
+@pytest.mark.parametrize("agent", ["bob", None])
+def test_requeue_to_a_new_assignee_writes_it_with_the_agent_routed_for_it(
+    state: TaskState, agent: str | None
+) -> None:
+    """The new assignee and the agent routing chose for it (None: none, the old agent cleared)
+    are set in the same transition, and its event records both."""
+    dead = make_task(state, retry_count=2).evolve(agent="coder")
+    outcome = decide(dead, _req(Action.REQUEUE, assignee="bob", agent=agent, reason="coder is out"))
+    assert isinstance(outcome, Transition)
+    assert (outcome.from_state, outcome.to_state) == (state, S.QUEUED)
+    assert outcome.changes["assignee"] == "bob" and outcome.changes["agent"] == agent
+    assert outcome.changes["retry_count"] == 0
+    assert outcome.reason == "coder is out" and outcome.actor == "ops-person"
+    routed = {"agent": agent} if agent is not None else {}
+    assert outcome.data == {
+        "previous_retry_count": 2,
+        "assignee": "bob",
+        "previous_assignee": "coder",
+        **routed,
+    }
+    after = outcome.apply(dead)
+    assert (after.state, after.assignee, after.agent) == (S.QUEUED, "bob", agent)
+
+
+def test_requeue_to_a_new_assignee_is_refused_where_a_requeue_is() -> None:
+    for state in (S.PENDING, S.EXECUTING, S.COMPLETED, S.ARCHIVED):
+        refused = decide(make_task(state), _req(Action.REQUEUE, assignee="bob", agent="bob"))
+        assert isinstance(refused, Refusal) and refused.kind is RefusalKind.NOT_ALLOWED
+
+
 def test_retryable_failure_sets_run_after_to_now_plus_backoff() -> None:
     task = make_task(S.EXECUTING, retry_count=1)
     outcome = decide(task, _req(Action.FAIL, lock_token=HOLDER_TOKEN, error="timeout"))

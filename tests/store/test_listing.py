@@ -4,11 +4,12 @@ of reads and writes."""
 from __future__ import annotations
 
 import uuid
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 
-from agentqueue import AsyncQueue, InvalidInput, NotFound, Task, TaskState
+from agentqueue import AsyncQueue, InvalidInput, ManualClock, NotFound, Task, TaskState
 
 SPECS: list[dict[str, Any]] = [
     {"title": "a-issue-bugfix", "task_type": "bugfix", "source": "issue", "tenant": "a"},
@@ -79,6 +80,112 @@ async def test_list_refuses_a_cursor_it_did_not_make(queue: AsyncQueue) -> None:
     with pytest.raises(InvalidInput) as refused:
         await queue.list(cursor="not-a-cursor")
     assert refused.value.fields == ["cursor"]
+
+
+TAGGED: list[dict[str, Any]] = [
+    {"title": "issue-1", "task_type": "bugfix", "source": "issue", "source_id": "o/r#1",
+     "assignee": "alice", "labels": ["python", "db"]},
+    {"title": "issue-11", "task_type": "bugfix", "source": "issue", "source_id": "o/r#11",
+     "assignee": "bob", "labels": ["python"]},
+    {"title": "api-alice", "task_type": "docs", "assignee": "alice", "labels": ["db"]},
+    {"title": "api-none", "task_type": "docs"},
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("filters", "expected"),
+    [
+        ({"source_id": "o/r#1"}, ["issue-1"]),
+        ({"source_id": "o/r#"}, []),
+        ({"assignee": "alice"}, ["api-alice", "issue-1"]),
+        ({"assignee": "carol"}, []),
+        ({"label": "python"}, ["issue-11", "issue-1"]),
+        ({"label": ["db"]}, ["api-alice", "issue-1"]),
+        ({"label": ("db", "python")}, ["issue-1"]),
+        ({"label": ["db", "go"]}, []),
+        ({"label": []}, ["api-none", "api-alice", "issue-11", "issue-1"]),
+        ({"assignee": "alice", "label": "python"}, ["issue-1"]),
+        ({"assignee": "bob", "source": "issue", "source_id": "o/r#11"}, ["issue-11"]),
+        ({"assignee": "alice", "task_type": "docs", "state": "pending"}, ["api-alice"]),
+    ],
+)
+async def test_list_filters_by_source_id_assignee_and_labels(
+    queue: AsyncQueue, filters: dict[str, Any], expected: list[str]
+) -> None:
+    await queue.submit_many(TAGGED)
+    assert await titles(queue, **filters) == expected
+
+
+async def test_list_by_creation_time_takes_datetimes_and_iso_text(
+    queue: AsyncQueue, clock: ManualClock
+) -> None:
+    """``created_after`` is inclusive and ``created_before`` exclusive; each takes a datetime or
+    ISO 8601 text, UTC when it names no offset."""
+    start = clock.now()  # 2026-03-01 09:00 UTC
+    for i in range(3):
+        await queue.submit(title=f"t{i}", task_type="docs")
+        clock.advance(3600)
+    second = start + timedelta(hours=1)
+    assert await titles(queue, created_after=second) == ["t2", "t1"]
+    assert await titles(queue, created_before=second) == ["t0"]
+    assert await titles(queue, created_after="2026-03-01T10:00:00Z") == ["t2", "t1"]
+    assert await titles(queue, created_after="2026-03-01T12:00:00+02:00") == ["t2", "t1"]
+    assert await titles(queue, created_after="2026-03-01T10:00:00") == ["t2", "t1"]
+    naive = datetime(2026, 3, 1, 10, 0, 0, 1)
+    assert await titles(queue, created_after=naive) == ["t2"]
+    window = {"created_after": "2026-03-01T09:30Z", "created_before": "2026-03-01T11:00:00Z"}
+    assert await titles(queue, **window) == ["t1"]
+    assert await titles(queue, **window, state="pending", task_type="docs") == ["t1"]
+
+
+@pytest.mark.parametrize(
+    ("filters", "field"),
+    [
+        ({"created_after": "yesterday"}, "created_after"),
+        ({"created_before": "2026-13-01"}, "created_before"),
+        ({"created_before": 1767225600}, "created_before"),
+        ({"created_after": "2026-03-02", "created_before": "2026-03-01"}, "created_after"),
+        ({"created_after": "2026-03-01T10:00Z", "created_before": "2026-03-01T11:00+01:00"},
+         "created_after"),
+    ],
+)  # fmt: skip
+async def test_list_refuses_a_bad_creation_time_naming_the_field(
+    queue: AsyncQueue, filters: dict[str, Any], field: str
+) -> None:
+    with pytest.raises(InvalidInput) as refused:
+        await queue.list(**filters)
+    assert refused.value.fields == [field]
+
+
+async def test_paging_with_the_new_filters_covers_every_match_exactly_once(
+    queue: AsyncQueue, clock: ManualClock
+) -> None:
+    start = clock.now()
+    results = []
+    for i in range(30):
+        results.append(
+            await queue.submit(
+                title=f"t{i}",
+                task_type="docs",
+                assignee="alice" if i % 2 else "bob",
+                labels=["x", "y"] if i % 3 else ["x"],
+            )
+        )
+        clock.advance(1)
+    after, before = start + timedelta(seconds=4), start + timedelta(seconds=25)
+    expected = [
+        r.task.id
+        for r in reversed(results)
+        if r.task.assignee == "alice"
+        and "y" in r.task.labels
+        and after <= r.task.created_at < before
+    ]
+    assert len(expected) == 7
+    pages = await page_through(
+        queue, 3, assignee="alice", label=["y", "x"], created_after=after, created_before=before
+    )
+    assert [len(p) for p in pages] == [3, 3, 1]
+    assert [t.id for page in pages for t in page] == expected
 
 
 async def page_through(queue: AsyncQueue, limit: int, **filters: Any) -> list[list[Task]]:

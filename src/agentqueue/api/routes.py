@@ -382,14 +382,9 @@ async def _act_checked(
     body = _validated(model, await _optional_body(request))
     tid = _id(task_id)
     rt = _rt(request)
-    assignee = getattr(body, "assignee", None)
-    if assignee is not None:
-        task = await actions.requeue_to(
-            rt, tid, assignee, actor=who.name, reason=body.reason, tenant=who.tenant
-        )
-        return _task_json(task)
+    extra = {"assignee": body.assignee} if getattr(body, "assignee", None) else {}
     done = await actions.act(
-        rt, action, [tid], actor=who.name, reason=body.reason, tenant=who.tenant
+        rt, action, [tid], actor=who.name, reason=body.reason, tenant=who.tenant, **extra
     )
     return _task_json(done[0])
 

@@ -177,7 +177,10 @@ class Request:
     rule: str | None = None
     """BLOCK: the guardrail that asked for approval (recorded in the event)."""
     agent: str | None = None
-    """ADMIT: the agent routing chose (None: any executor serving the task's type)."""
+    """ADMIT, and REQUEUE with an assignee: the agent routing chose (None: any executor serving
+    the task's type)."""
+    assignee: str | None = None
+    """REQUEUE: the task's new assignee (None: it keeps its assignee and its agent)."""
 
 
 @dataclass(frozen=True)
@@ -669,19 +672,22 @@ def _review(task: Task, request: Request) -> Transition | Refusal:
 def _requeue(task: Task, request: Request) -> Transition | Refusal:
     if task.state not in (TaskState.DEAD_LETTER, TaskState.MANUAL_REVIEW):
         return _not_from(task, request)
-    return _edge(
-        task,
-        request,
-        TaskState.QUEUED,
-        {
-            "retry_count": 0,
-            "run_after": None,
-            "error": None,
-            "state_reason": None,
-            "eligible_at": request.now,
-        },
-        data={"previous_retry_count": task.retry_count},
-    )
+    changes: dict[str, Any] = {
+        "retry_count": 0,
+        "run_after": None,
+        "error": None,
+        "state_reason": None,
+        "eligible_at": request.now,
+    }
+    data: dict[str, Any] = {"previous_retry_count": task.retry_count}
+    if request.assignee is not None:
+        # The agent admission routed the task to was chosen for the old assignee: it is
+        # replaced by the one routing chose for the new assignee.
+        changes.update(assignee=request.assignee, agent=request.agent)
+        data.update(assignee=request.assignee, previous_assignee=task.assignee)
+        if request.agent is not None:
+            data["agent"] = request.agent
+    return _edge(task, request, TaskState.QUEUED, changes, data=data)
 
 
 def _archive(task: Task, request: Request) -> Transition | Refusal:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
@@ -74,6 +75,21 @@ async def get(rt: Runtime, task_id: UUID, tenant: str | None = None) -> Task:
     return found[0]
 
 
+def moment(value: datetime | str | None, field: str) -> datetime | None:
+    """A time given as a datetime or as ISO 8601 text (``2026-05-01T09:00:00Z``); one that
+    names no offset is UTC. InvalidInput naming ``field`` for anything else."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value.strip())
+        except ValueError:
+            raise InvalidInput("must be an ISO 8601 time (2026-05-01T09:00:00Z)", field) from None
+    elif not isinstance(value, datetime):
+        raise InvalidInput("must be a time (a datetime or ISO 8601 text)", field)
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
 async def list_tasks(
     rt: Runtime,
     *,
@@ -81,10 +97,17 @@ async def list_tasks(
     states: tuple[TaskState, ...] = (),
     task_types: tuple[str, ...] = (),
     sources: tuple[str, ...] = (),
+    source_id: str | None = None,
+    assignee: str | None = None,
+    labels: tuple[str, ...] = (),
+    created_after: datetime | str | None = None,
+    created_before: datetime | str | None = None,
     limit: int = 50,
     cursor: str | None = None,
 ) -> TaskPage:
-    """Tasks matching every given filter, newest first, ``limit`` per page."""
+    """Tasks matching every given filter, newest first, ``limit`` per page: ``labels`` are
+    all carried by each task; ``created_after`` is inclusive, ``created_before`` exclusive
+    (each a datetime or ISO 8601 text, UTC when it names no offset)."""
     if not 1 <= limit <= MAX_PAGE:
         raise InvalidInput(f"must be 1-{MAX_PAGE}", "limit")
     before: int | None = None
@@ -93,7 +116,23 @@ async def list_tasks(
             before = int(cursor)
         except ValueError:
             raise InvalidInput("not a cursor returned by list", "cursor") from None
-    flt = TaskFilter(tenant, states, task_types, sources, limit, before)
+    after_time = moment(created_after, "created_after")
+    before_time = moment(created_before, "created_before")
+    if after_time is not None and before_time is not None and after_time >= before_time:
+        raise InvalidInput("must be before created_before", "created_after")
+    flt = TaskFilter(
+        tenant=tenant,
+        states=states,
+        task_types=task_types,
+        sources=sources,
+        limit=limit,
+        before_seq=before,
+        source_id=source_id,
+        assignee=assignee,
+        labels=labels,
+        created_after=after_time,
+        created_before=before_time,
+    )
     items = await rt.store.list_tasks(flt)
     next_cursor = str(items[-1].seq) if len(items) == limit else None
     return TaskPage(items, next_cursor)

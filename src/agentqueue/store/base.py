@@ -56,6 +56,14 @@ class TaskFilter:
     sources: tuple[str, ...] = ()
     limit: int = 50
     before_seq: int | None = None
+    source_id: str | None = None
+    assignee: str | None = None
+    labels: tuple[str, ...] = ()
+    """The task carries every one of these labels (and may carry more)."""
+    created_after: datetime | None = None
+    """Created at or after this time."""
+    created_before: datetime | None = None
+    """Created before this time."""
 
 
 @dataclass(frozen=True)

@@ -223,6 +223,12 @@ class SQLStore(QueryOps):
             states=[s.value for s in flt.states] or None,
             task_types=list(flt.task_types) or None,
             sources=list(flt.sources) or None,
+            source_id=flt.source_id,
+            assignee=flt.assignee,
+            # JSON text on both: PostgreSQL matches it as jsonb, SQLite reads it with json_each.
+            labels=dump(list(flt.labels)) if flt.labels else None,
+            created_after=flt.created_after,
+            created_before=flt.created_before,
             before_seq=flt.before_seq,
             limit=flt.limit,
         )

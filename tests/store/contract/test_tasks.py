@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -194,6 +195,97 @@ async def test_list_tasks_filters_newest_first_with_limit_and_cursor(
     issues = TaskFilter(sources=("issue",))
     assert ids(await store.list_tasks(issues)) == [t1.id]
     assert await store.list_tasks(TaskFilter(tenant="nobody")) == []
+
+
+def listed(tasks: list[Any]) -> list[uuid.UUID]:
+    """The ids of ``tasks``, in the order listed."""
+    return [t.id for t in tasks]
+
+
+async def test_list_tasks_filters_by_source_id_and_assignee(store: Store, rt: Runtime) -> None:
+    """source_id and assignee match exactly: another value, or none at all, is left out."""
+    issue = await insert(rt, source="issue", source_id="o/r#1", assignee="alice")
+    other_issue = await insert(rt, source="issue", source_id="o/r#10", assignee="bob")
+    unassigned = await insert(rt)
+    assert listed(await store.list_tasks(TaskFilter(source_id="o/r#1"))) == [issue.id]
+    assert listed(await store.list_tasks(TaskFilter(source_id="o/r#10"))) == [other_issue.id]
+    assert listed(await store.list_tasks(TaskFilter(assignee="alice"))) == [issue.id]
+    assert listed(await store.list_tasks(TaskFilter(assignee="bob"))) == [other_issue.id]
+    assert await store.list_tasks(TaskFilter(assignee="alic")) == []
+    assert await store.list_tasks(TaskFilter(source_id="o/r")) == []
+    everyone = listed(await store.list_tasks(TaskFilter()))
+    assert everyone == [unassigned.id, other_issue.id, issue.id]
+
+
+async def test_list_tasks_filters_by_labels_every_one_of_them(store: Store, rt: Runtime) -> None:
+    """A task is listed when it carries every label asked for, whatever else it carries; one
+    missing label leaves it out."""
+    xy = await insert(rt, labels=["x", "y"])
+    x = await insert(rt, labels=["x"])
+    xyz = await insert(rt, labels=["z", "y", "x"])
+    await insert(rt)  # no labels
+    assert listed(await store.list_tasks(TaskFilter(labels=("x",)))) == [xyz.id, x.id, xy.id]
+    assert listed(await store.list_tasks(TaskFilter(labels=("y", "x")))) == [xyz.id, xy.id]
+    assert listed(await store.list_tasks(TaskFilter(labels=("x", "y", "z")))) == [xyz.id]
+    assert await store.list_tasks(TaskFilter(labels=("x", "w"))) == []
+    assert len(await store.list_tasks(TaskFilter(labels=()))) == 4
+
+
+async def test_list_tasks_filters_by_creation_time_after_inclusive_before_exclusive(
+    store: Store, rt: Runtime, clock: ManualClock
+) -> None:
+    """created_after keeps tasks created at or after it, created_before those created strictly
+    before it; together they bound a window."""
+    t0 = clock.now()
+    first = await insert(rt)
+    clock.advance(60)
+    second = await insert(rt)
+    clock.advance(60)
+    third = await insert(rt)
+    t1, t2 = t0 + timedelta(seconds=60), t0 + timedelta(seconds=120)
+    assert listed(await store.list_tasks(TaskFilter(created_after=t1))) == [third.id, second.id]
+    assert listed(await store.list_tasks(TaskFilter(created_before=t1))) == [first.id]
+    window = TaskFilter(created_after=t1, created_before=t2)
+    assert listed(await store.list_tasks(window)) == [second.id]
+    just_after = TaskFilter(created_after=t1 + timedelta(microseconds=1))
+    assert listed(await store.list_tasks(just_after)) == [third.id]
+    assert await store.list_tasks(TaskFilter(created_after=t1, created_before=t1)) == []
+
+
+async def test_list_tasks_combines_the_new_filters_and_pages_through_the_matches(
+    store: Store, rt: Runtime, clock: ManualClock
+) -> None:
+    """Every condition holds at once, and paging with limit and before_seq walks exactly the
+    matching tasks, newest first, skipping those that fail any one condition."""
+    start = clock.now()
+    await insert(rt, assignee="alice", labels=["x"])  # created before the window
+    clock.advance(10)
+    matching = []
+    for i in range(5):
+        matching.append(await insert(rt, assignee="alice", labels=["x", "y"], source="issue",
+                                     source_id=f"o/r#{i}"))  # fmt: skip
+        await insert(rt, assignee="bob", labels=["x", "y"])  # another assignee
+        await insert(rt, assignee="alice", labels=["y"])  # a label missing
+        clock.advance(10)
+    end = clock.now()
+    await insert(rt, assignee="alice", labels=["x", "y"])  # created at the window's end
+    flt = TaskFilter(
+        assignee="alice",
+        labels=("x",),
+        created_after=start + timedelta(seconds=10),
+        created_before=end,
+        limit=2,
+    )
+    pages: list[list[uuid.UUID]] = []
+    page = await store.list_tasks(flt)
+    while page:
+        pages.append(listed(page))
+        page = await store.list_tasks(replace(flt, before_seq=page[-1].seq))
+    newest_first = [t.id for t in reversed(matching)]
+    assert pages == [newest_first[0:2], newest_first[2:4], newest_first[4:]]
+    one = replace(flt, source_id="o/r#3", sources=("issue",))
+    assert listed(await store.list_tasks(one)) == [matching[3].id]
+    assert await store.list_tasks(replace(one, sources=("api",))) == []
 
 
 async def test_events_are_in_order_and_scoped_to_the_tenant(store: Store, rt: Runtime) -> None:

@@ -148,6 +148,12 @@ WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
   AND (%(states)s::text[] IS NULL OR state = ANY(%(states)s::text[]))
   AND (%(task_types)s::text[] IS NULL OR task_type = ANY(%(task_types)s::text[]))
   AND (%(sources)s::text[] IS NULL OR source = ANY(%(sources)s::text[]))
+  AND (%(source_id)s::text IS NULL OR source_id = %(source_id)s)
+  AND (%(assignee)s::text IS NULL OR assignee = %(assignee)s)
+  -- Every label asked for (a JSON array) is among the task's: jsonb containment.
+  AND (%(labels)s::jsonb IS NULL OR labels @> %(labels)s::jsonb)
+  AND (%(created_after)s::timestamptz IS NULL OR created_at >= %(created_after)s)
+  AND (%(created_before)s::timestamptz IS NULL OR created_at < %(created_before)s)
   AND (%(before_seq)s::bigint IS NULL OR seq < %(before_seq)s)
 ORDER BY seq DESC
 LIMIT %(limit)s

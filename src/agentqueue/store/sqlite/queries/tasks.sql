@@ -117,6 +117,14 @@ WHERE (:tenant IS NULL OR tenant = :tenant)
   AND (:states IS NULL OR state IN (SELECT value FROM json_each(:states)))
   AND (:task_types IS NULL OR task_type IN (SELECT value FROM json_each(:task_types)))
   AND (:sources IS NULL OR source IN (SELECT value FROM json_each(:sources)))
+  AND (:source_id IS NULL OR source_id = :source_id)
+  AND (:assignee IS NULL OR assignee = :assignee)
+  -- Every label asked for (a JSON array) is among the task's: none is missing.
+  AND (:labels IS NULL OR NOT EXISTS (
+      SELECT 1 FROM json_each(:labels) AS wanted
+      WHERE wanted.value NOT IN (SELECT value FROM json_each(aq_tasks.labels))))
+  AND (:created_after IS NULL OR created_at >= :created_after)
+  AND (:created_before IS NULL OR created_at < :created_before)
   AND (:before_seq IS NULL OR seq < :before_seq)
 ORDER BY seq DESC
 LIMIT :limit
