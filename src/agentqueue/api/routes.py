@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
-from datetime import datetime
 from typing import Annotated, Any
 from uuid import UUID
 
@@ -164,8 +163,8 @@ async def list_tasks(
     source_id: str | None = None,
     assignee: str | None = None,
     label: Annotated[list[str] | None, Query()] = None,
-    created_after: datetime | None = None,
-    created_before: datetime | None = None,
+    created_after: Annotated[str | None, Query(description="ISO 8601, inclusive")] = None,
+    created_before: Annotated[str | None, Query(description="ISO 8601, exclusive")] = None,
     limit: Annotated[int, Query(ge=1, le=reads.MAX_PAGE)] = 50,
     cursor: str | None = None,
 ) -> JSONResponse:
