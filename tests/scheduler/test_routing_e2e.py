@@ -447,7 +447,17 @@ async def test_serve_until_idle_stops_when_only_tasks_no_agent_can_take_are_left
         )  # fmt: skip
     served = await asyncio.to_thread(
         subprocess.run,
-        [str(AGENTQUEUE), "--db", db_url, "--config", str(config), "serve", "--until-idle"],
+        [
+            str(AGENTQUEUE),
+            "--db",
+            db_url,
+            "--config",
+            str(config),
+            "serve",
+            "--until-idle",
+            "--port",
+            "0",
+        ],
         capture_output=True,
         timeout=60,
     )
