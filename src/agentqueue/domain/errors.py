@@ -1,7 +1,8 @@
 """The error types every layer raises.
 
 Shells map them to answers: the CLI exits 2 for :class:`InvalidInput` and 1 for the rest; the HTTP
-API will map them to 4xx codes. Messages never carry secrets.
+API answers each with its status code, and the HTTP client raises the same type again from that
+answer. Messages never carry secrets.
 """
 
 from __future__ import annotations
@@ -94,3 +95,19 @@ class Conflict(AgentQueueError):
 
 class Forbidden(AgentQueueError):
     """The actor is not allowed to do this (an approval by someone who is not an approver)."""
+
+
+class Unauthenticated(AgentQueueError):
+    """No usable API token: missing, malformed, unknown, revoked or expired (the reason says
+    which, never the secret). HTTP 401."""
+
+
+class RateLimited(AgentQueueError):
+    """A token made more requests than ``[api] requests_per_minute`` allows; ``retry_after``
+    says how many seconds to wait. HTTP 429."""
+
+    def __init__(self, retry_after: float, message: str | None = None) -> None:
+        self.retry_after = retry_after
+        super().__init__(
+            message or f"too many requests for this token; try again in {retry_after:.1f} s"
+        )

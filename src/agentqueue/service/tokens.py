@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from ..domain.access import Principal, Role, TokenRecord
-from ..domain.errors import AgentQueueError, Conflict, InvalidInput, NotFound
+from ..domain.errors import Conflict, InvalidInput, NotFound, Unauthenticated
 from ..ids import new_task_id
 from ..spec import check_name
 from .runtime import Runtime
@@ -26,11 +26,6 @@ PREFIX_CHARS = 12
 _SECRET = re.compile(r"^aq_([a-z0-9]{12})_([A-Za-z0-9_-]{43})$")
 _DURATION = re.compile(r"^(\d{1,6})([mhdw])$")
 _UNITS = {"m": 60, "h": 3600, "d": 86_400, "w": 7 * 86_400}
-
-
-class Unauthenticated(AgentQueueError):
-    """No usable token: missing, malformed, unknown, revoked or expired (the reason says which,
-    never the secret)."""
 
 
 @dataclass(frozen=True)
