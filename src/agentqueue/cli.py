@@ -937,7 +937,7 @@ def pause(ctx: click.Context, task_type: str | None, reason: str, as_json: bool)
 
     paused = run(ctx, go)
     if as_json:
-        emit_json([{**vars(p), "paused_at": p.paused_at.isoformat()} for p in paused])
+        emit_json([p.to_json() for p in paused])
     elif task_type is not None:
         click.echo(f"paused {task_type}")
     elif not paused:
@@ -1090,9 +1090,7 @@ def tokens_create(
     """Make a token and print its secret, this once (only a hash is kept)."""
     made = run(ctx, lambda q: q.create_token(name, role=role, tenant=tenant, expires=expires))
     if as_json:
-        out = made.record.to_json(datetime.now(UTC))
-        out["secret"] = made.secret
-        emit_json(out)
+        emit_json(made.to_json(datetime.now(UTC)))
         return
     scope = made.record.tenant or "every tenant"
     until = made.record.expires_at.isoformat() if made.record.expires_at else "never"

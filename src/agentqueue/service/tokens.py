@@ -12,8 +12,10 @@ import hashlib
 import hmac
 import re
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from ..domain.access import Principal, Role, TokenRecord
 from ..domain.errors import Conflict, InvalidInput, NotFound, Unauthenticated
@@ -34,6 +36,15 @@ class NewToken:
 
     record: TokenRecord
     secret: str
+
+    def to_json(self, now: datetime) -> dict[str, object]:
+        """The token as listed, with its ``secret``."""
+        return {**self.record.to_json(now), "secret": self.secret}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> NewToken:
+        """The new token :meth:`to_json` gave (as the API answers its creation)."""
+        return cls(TokenRecord.from_json(data), data["secret"])
 
 
 def hash_secret(secret: str) -> str:
