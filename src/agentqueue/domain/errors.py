@@ -111,3 +111,28 @@ class RateLimited(AgentQueueError):
         super().__init__(
             message or f"too many requests for this token; try again in {retry_after:.1f} s"
         )
+
+
+class Refused(TransitionRefused, Conflict):
+    """The HTTP API answered 409: the state machine refused the change (cancelling a task that
+    has ended, say) or a write met one it conflicts with (a token name already taken). The
+    answer does not say which, so this is both: ``except TransitionRefused`` and ``except
+    Conflict`` each catch it, as they would the local queue's error. ``refusal`` is the
+    server's words."""
+
+
+class ServerUnreachable(StoreUnavailable):
+    """The HTTP API could not be reached, or the connection failed before an answer came
+    (refused, reset, timed out). Like any StoreUnavailable it may pass; a request whose answer
+    was lost may have been carried out, so send it again only if it is safe to repeat (a
+    submit with an ``idempotency_key`` is)."""
+
+
+class APIError(AgentQueueError):
+    """An answer of the HTTP API that no other error type fits (a 500, say); ``status`` is its
+    HTTP status and ``error_id`` the id the server logged the error under, if it gave one."""
+
+    def __init__(self, status: int, message: str, error_id: str | None = None) -> None:
+        self.status = status
+        self.error_id = error_id
+        super().__init__(message)
