@@ -12,9 +12,27 @@ from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
+import pytest
+
 from agentqueue import AsyncClient, AsyncQueue, Client, Task
+from agentqueue.domain.errors import APIError
 from agentqueue.domain.models import Event, LogRecord
+from agentqueue.service import reads
 from agentqueue.service.execution import Outcome, OutcomeKind
+
+LIST_FILTERS = "source_id" in inspect.signature(reads.list_tasks).parameters
+
+
+def needs_list_filters(raises: type[BaseException] = APIError) -> pytest.MarkDecorator:
+    """For a test that lists tasks through the API: it fails (a 500, met as ``raises``) until
+    the list filters GET /v1/tasks passes on are merged, and must pass after."""
+    return pytest.mark.xfail(
+        not LIST_FILTERS,
+        reason="GET /v1/tasks passes filters service.reads.list_tasks does not take yet "
+        "(finished on another branch)",
+        raises=raises,
+        strict=True,
+    )
 
 
 class Either:

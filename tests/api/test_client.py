@@ -16,7 +16,7 @@ from uuid import uuid4
 
 import httpx
 import pytest
-from client_helpers import Either, claim, finish, log_line, unique
+from client_helpers import Either, claim, finish, log_line, needs_list_filters, unique
 from server_fixture import ApiServer, start_api_server
 
 from agentqueue import (
@@ -44,18 +44,10 @@ from agentqueue import (
 from agentqueue.client import Calls
 from agentqueue.domain.access import Role
 from agentqueue.domain.schedule import CatchUp
-from agentqueue.service import actions, reads
+from agentqueue.service import actions
 from agentqueue.service.execution import OutcomeKind
 
-LIST_FILTERS = "source_id" in inspect.signature(reads.list_tasks).parameters
 REQUEUE_TO = hasattr(actions, "requeue_to")
-needs_list_filters = pytest.mark.xfail(
-    not LIST_FILTERS,
-    reason="GET /v1/tasks passes filters service.reads.list_tasks does not take yet "
-    "(finished on another branch)",
-    raises=APIError,
-    strict=True,
-)
 
 
 @pytest.fixture(params=["sync", "async"])
@@ -170,7 +162,7 @@ async def test_a_stream_of_a_task_that_ended_gives_its_events_and_ends(aq: Eithe
         await aq.streamed(uuid4())
 
 
-@needs_list_filters
+@needs_list_filters()
 async def test_list_with_every_filter_and_pages(aq: Either, driver: AsyncQueue) -> None:
     kind = unique("list")
     before = datetime.now(UTC) - timedelta(seconds=1)
