@@ -41,13 +41,17 @@ from agentqueue import (
     TransitionRefused,
     Unauthenticated,
 )
+from agentqueue.api import routes
 from agentqueue.client import Calls
 from agentqueue.domain.access import Role
 from agentqueue.domain.schedule import CatchUp
 from agentqueue.service import actions
 from agentqueue.service.execution import OutcomeKind
 
-REQUEUE_TO = hasattr(actions, "requeue_to")
+REQUEUE_TO_MISSING = "actions.requeue_to" in inspect.getsource(routes) and not hasattr(
+    actions, "requeue_to"
+)
+"""The requeue route calls a service function that is not there yet (a 500 until it is)."""
 
 
 @pytest.fixture(params=["sync", "async"])
@@ -222,7 +226,7 @@ async def test_cancel_and_the_dead_letter_actions(aq: Either, driver: AsyncQueue
 
 
 @pytest.mark.xfail(
-    not REQUEUE_TO,
+    REQUEUE_TO_MISSING,
     reason="POST /v1/dlq/{id}/requeue with an assignee calls service.actions.requeue_to, "
     "which is being finished on another branch",
     raises=APIError,
