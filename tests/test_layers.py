@@ -33,6 +33,7 @@ LAYERS: dict[str, int] = {
     "api": 9,
     "dashboard": 9,
     "bench": 9,
+    "client": 9,
     "cli": 9,
     # The package itself (agentqueue/__init__.py): the public names and __version__, which the
     # shells read (the circle check keeps it from importing them back).
@@ -40,7 +41,8 @@ LAYERS: dict[str, int] = {
     "__main__": 10,
 }
 """domain < store < service < scheduler, and executors < worker < queue < api, dashboard, cli
-(ARCHITECTURE rule 12); the helpers each of them may use sit below. A higher number may import
+(ARCHITECTURE rule 12), and the HTTP client beside the API it speaks to; the helpers each of
+them may use sit below. A higher number may import
 a lower one, never the other way round."""
 
 

@@ -1,17 +1,26 @@
 """agentqueue: a durable task queue and scheduler for AI-agent work, on SQLite or PostgreSQL."""
 
+from .client import AsyncClient, Client
 from .clock import Clock, ManualClock, SystemClock
 from .config import Settings, load_settings
 from .domain.errors import (
     AgentQueueError,
+    APIError,
     ConfigError,
+    Conflict,
+    FieldProblem,
+    Forbidden,
     InvalidInput,
     LeaseLost,
     NotFound,
+    RateLimited,
+    Refused,
+    ServerUnreachable,
     StoreError,
     StoreMisconfigured,
     StoreUnavailable,
     TransitionRefused,
+    Unauthenticated,
 )
 from .domain.models import Event, Task
 from .domain.states import TaskState
@@ -26,12 +35,18 @@ from .store import Lease
 __version__ = "0.1.0"
 
 __all__ = [
+    "APIError",
     "AgentQueueError",
+    "AsyncClient",
     "AsyncQueue",
+    "Client",
     "Clock",
     "ConfigError",
+    "Conflict",
     "Event",
     "Fatal",
+    "FieldProblem",
+    "Forbidden",
     "HeartbeatReply",
     "InvalidInput",
     "Lease",
@@ -41,7 +56,10 @@ __all__ = [
     "Outcome",
     "OutcomeKind",
     "Queue",
+    "RateLimited",
+    "Refused",
     "Retryable",
+    "ServerUnreachable",
     "Settings",
     "Stats",
     "StoreError",
@@ -55,5 +73,6 @@ __all__ = [
     "TaskSpec",
     "TaskState",
     "TransitionRefused",
+    "Unauthenticated",
     "load_settings",
 ]

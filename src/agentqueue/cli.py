@@ -1,6 +1,12 @@
-"""The ``agentqueue`` command: a thin shell over AsyncQueue.
+"""The ``agentqueue`` command: a thin shell over AsyncQueue, or over AsyncClient with ``--api``.
 
 Exit codes: 0 success, 2 bad input (usage errors and invalid fields), 1 anything else.
+
+With ``--api URL`` (or ``AGENTQUEUE_API``) the one-shot commands ask that server instead of
+opening a database, with the token in the environment variable ``--token-env`` names (never on
+the command line, where other users' ``ps`` would show it); the server acts as the token's name,
+so ``--actor`` is ignored. Commands that run on a database themselves (worker, serve,
+scheduler, migrate, api, bench) refuse ``--api``.
 
 A one-shot command (everything but ``worker``, ``serve`` and ``scheduler``) waits at most
 :data:`ONE_SHOT_WAIT_SECS` for a database server it cannot reach, then says so; one that finds a
@@ -25,9 +31,11 @@ from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import click
+from click.core import ParameterSource
 
 from . import __version__
-from .domain.errors import AgentQueueError, InvalidInput, NotFound, StoreLocked, StoreUnavailable
+from .client import TOKEN_ENV, AsyncClient
+from .domain.errors import AgentQueueError, InvalidInput, StoreLocked, StoreUnavailable
 from .domain.models import Event, Task
 from .domain.priority import priority_name
 from .domain.states import TaskState
@@ -48,6 +56,12 @@ the database is away (it then tries again until the database answers)."""
 DEFAULT_LOCK_WAIT_SECS = 300.0
 LOCK_RETRY_PAUSE_SECS = 0.2
 STATES = [s.value for s in TaskState]
+DATABASE_ONLY = frozenset({"worker", "serve", "scheduler", "migrate", "api", "bench"})
+"""Commands that work on a database themselves, never through a server's API."""
+
+QueueLike = AsyncQueue | AsyncClient
+"""What a one-shot command acts on: the database's queue, or a client of a server (``--api``);
+the two have the same method names."""
 
 
 def _default_actor() -> str:
@@ -64,13 +78,67 @@ def fail(message: str, code: int = EXIT_ERROR) -> NoReturn:
 
 
 def run(
+    ctx: click.Context, action: Callable[[QueueLike], Awaitable[T]], tenant: str | None = None
+) -> T:
+    """Run a one-shot command's ``action`` on what the global options name: with ``--api``, an
+    AsyncClient of that server (the token's tenant applies, so ``tenant`` is refused); else the
+    database's queue (see :func:`run_db`). Errors become a message and an exit code."""
+    opts = ctx.find_root().obj
+    if opts["api"] is None:
+        return run_db(ctx, action, tenant=tenant)
+    if tenant is not None:
+        fail(
+            "--tenant: with --api the token's tenant applies (an admin token's: every tenant)",
+            EXIT_BAD_INPUT,
+        )
+    token = _api_token(opts["token_env"])
+
+    async def go() -> T:
+        async with AsyncClient(opts["api"], token) as client:
+            return await action(client)
+
+    try:
+        return asyncio.run(go())
+    except (Exception, KeyboardInterrupt) as exc:
+        exit_for(exc)
+
+
+def _api_token(variable: str) -> str:
+    token = os.environ.get(variable, "").strip()
+    if not token:
+        fail(
+            f"--api needs a token in the environment variable {variable}, which is not set "
+            "(`agentqueue tokens create` makes one)",
+            EXIT_BAD_INPUT,
+        )
+    return token
+
+
+def exit_for(exc: BaseException, unreachable: str = "") -> NoReturn:
+    """Say what went wrong and exit: 2 for bad input, 130 when interrupted, else 1 (an error
+    nobody meant is shown with its type; AGENTQUEUE_DEBUG=1 shows its traceback)."""
+    if isinstance(exc, InvalidInput):
+        fail(str(exc), EXIT_BAD_INPUT)
+    if isinstance(exc, StoreUnavailable):
+        fail(f"{unreachable}{exc}")
+    if isinstance(exc, AgentQueueError):
+        fail(str(exc))
+    if isinstance(exc, KeyboardInterrupt):
+        fail("interrupted", 130)
+    if os.environ.get("AGENTQUEUE_DEBUG"):
+        raise exc
+    fail(f"unexpected {type(exc).__name__}: {exc}")
+
+
+def run_db(
     ctx: click.Context,
     action: Callable[[AsyncQueue], Awaitable[T]],
     tenant: str | None = None,
     db: str | None = None,
     one_shot: bool = True,
 ) -> T:
-    """Open the queue named by the global options, run ``action``, close, map errors.
+    """Open the queue on the database named by the global options, run ``action``, close, map
+    errors.
 
     A one-shot command waits at most ONE_SHOT_WAIT_SECS for an unreachable server. When another
     process holds a SQLite file's write lock past the busy timeout, nothing was written (the
@@ -117,20 +185,8 @@ def run(
                     click.echo(f"waiting for the database: {exc}", err=True)
                     told = True
                 time.sleep(LOCK_RETRY_PAUSE_SECS)
-    except InvalidInput as exc:
-        fail(str(exc), EXIT_BAD_INPUT)
-    except NotFound as exc:
-        fail(str(exc))
-    except StoreUnavailable as exc:
-        fail(f"cannot reach the database: {exc}")
-    except AgentQueueError as exc:
-        fail(str(exc))
-    except KeyboardInterrupt:
-        fail("interrupted", 130)
-    except Exception as exc:  # never a traceback for a user; AGENTQUEUE_DEBUG=1 shows it
-        if os.environ.get("AGENTQUEUE_DEBUG"):
-            raise
-        fail(f"unexpected {type(exc).__name__}: {exc}")
+    except (Exception, KeyboardInterrupt) as exc:
+        exit_for(exc, unreachable="cannot reach the database: ")
 
 
 def _log_to_stderr() -> None:
@@ -321,7 +377,24 @@ def task_id_arg(value: str) -> Any:
 @click.option(
     "--actor",
     default=_default_actor,
-    help="Who is acting, for the audit log (env AGENTQUEUE_ACTOR; default: your user name).",
+    help="Who is acting, for the audit log (env AGENTQUEUE_ACTOR; default: your user name). "
+    "Ignored with --api: the server records the token's name.",
+)
+@click.option(
+    "--api",
+    envvar="AGENTQUEUE_API",
+    metavar="URL",
+    default=None,
+    help="Ask the agentqueue server at URL (http://host:8077) instead of opening a database "
+    "(env AGENTQUEUE_API). Not for worker, serve, scheduler, migrate, api or bench.",
+)
+@click.option(
+    "--token-env",
+    metavar="VAR",
+    default=TOKEN_ENV,
+    show_default=True,
+    help="The environment variable holding the API token for --api (a token is never taken "
+    "on the command line).",
 )
 @click.option(
     "--lock-wait",
@@ -335,10 +408,30 @@ def task_id_arg(value: str) -> Any:
 @click.version_option(__version__, prog_name="agentqueue")
 @click.pass_context
 def main(
-    ctx: click.Context, db: str | None, config: str | None, actor: str, lock_wait: float
+    ctx: click.Context,
+    db: str | None,
+    config: str | None,
+    actor: str,
+    api: str | None,
+    token_env: str,
+    lock_wait: float,
 ) -> None:
     """agentqueue: a durable task queue and scheduler for AI-agent work."""
-    ctx.obj = {"db": db, "config": config, "actor": actor, "lock_wait": lock_wait}
+    if api is not None and ctx.invoked_subcommand in DATABASE_ONLY:
+        typed = ctx.get_parameter_source("api") is ParameterSource.COMMANDLINE
+        fail(
+            f"{ctx.invoked_subcommand} works on a database itself, not through a server: "
+            f"drop {'--api' if typed else 'AGENTQUEUE_API'} (and name the database with --db)",
+            EXIT_BAD_INPUT,
+        )
+    ctx.obj = {
+        "db": db,
+        "config": config,
+        "actor": actor,
+        "api": api,
+        "token_env": token_env,
+        "lock_wait": lock_wait,
+    }
 
 
 @main.command()
@@ -350,7 +443,7 @@ def migrate(ctx: click.Context) -> None:
         applied = await q.migrate()
         return applied, await q.store.schema_version()
 
-    applied, version = run(ctx, go)
+    applied, version = run_db(ctx, go)
     if applied:
         click.echo(
             f"applied migrations {', '.join(map(str, applied))}; schema at version {version}"
@@ -592,11 +685,18 @@ def _person_action(name: str, verb: str, reason_required: bool = False) -> Calla
     @click.pass_context
     def command(ctx: click.Context, task_id: str, reason: str, as_json: bool) -> None:
         tid = _id(task_id)
-        actor = ctx.find_root().obj["actor"]
+        opts = ctx.find_root().obj
+        actor = opts["actor"]
         task = run(ctx, lambda q: getattr(q, name)(tid, actor=actor, reason=reason))
-        _acted(task, f"{verb} {task.id} by {actor}", as_json)
+        _acted(task, f"{verb} {task.id}{_by(ctx, actor)}", as_json)
 
     return command
+
+
+def _by(ctx: click.Context, actor: str) -> str:
+    """`` by ACTOR`` for a line saying what was done; nothing through a server, where the
+    token's name acts and the answer does not say it."""
+    return "" if ctx.find_root().obj["api"] else f" by {actor}"
 
 
 def _acted(task: Task, done: str, as_json: bool) -> None:
@@ -655,7 +755,7 @@ def dlq_requeue(
     actor = ctx.find_root().obj["actor"]
     task = run(ctx, lambda q: q.requeue(tid, actor=actor, reason=reason, assignee=assignee))
     handed = f" to {task.assignee}" if assignee is not None else ""
-    _acted(task, f"requeued {task.id}{handed} by {actor}", as_json)
+    _acted(task, f"requeued {task.id}{handed}{_by(ctx, actor)}", as_json)
 
 
 dlq.command("archive", help="Discard a dead letter for good.")(
@@ -802,7 +902,7 @@ def _run_worker(
     async def with_queue(q: AsyncQueue) -> None:
         await go(q)
 
-    run(ctx, with_queue, db=db, one_shot=False)
+    run_db(ctx, with_queue, db=db, one_shot=False)
 
 
 async def _api_started(server: Any, serving: asyncio.Task[None], sock: Any, host: str) -> None:
@@ -907,7 +1007,7 @@ def api_cmd(ctx: click.Context, host: str | None, port: int | None) -> None:
         await _api_started(server, serving, sock, address[0])
         await serving
 
-    run(ctx, go, one_shot=False)
+    run_db(ctx, go, one_shot=False)
 
 
 def log_for(name: str) -> Any:
@@ -939,7 +1039,7 @@ def scheduler(ctx: click.Context, holder: str | None) -> None:
         with contextlib.suppress(asyncio.CancelledError):
             await job
 
-    run(ctx, go, one_shot=False)
+    run_db(ctx, go, one_shot=False)
 
 
 @main.command("agents")
@@ -970,14 +1070,14 @@ def pause(ctx: click.Context, task_type: str | None, reason: str, as_json: bool)
     `resume TYPE` (running ones go on). Without TYPE, list the paused types."""
     actor = ctx.find_root().obj["actor"]
 
-    async def go(queue: AsyncQueue) -> list[Any]:
+    async def go(queue: QueueLike) -> list[Any]:
         if task_type is not None:
             await queue.pause(task_type, actor=actor, reason=reason)
         return await queue.paused()
 
     paused = run(ctx, go)
     if as_json:
-        emit_json([{**vars(p), "paused_at": p.paused_at.isoformat()} for p in paused])
+        emit_json([p.to_json() for p in paused])
     elif task_type is not None:
         click.echo(f"paused {task_type}")
     elif not paused:
@@ -1130,9 +1230,7 @@ def tokens_create(
     """Make a token and print its secret, this once (only a hash is kept)."""
     made = run(ctx, lambda q: q.create_token(name, role=role, tenant=tenant, expires=expires))
     if as_json:
-        out = made.record.to_json(datetime.now(UTC))
-        out["secret"] = made.secret
-        emit_json(out)
+        emit_json(made.to_json(datetime.now(UTC)))
         return
     scope = made.record.tenant or "every tenant"
     until = made.record.expires_at.isoformat() if made.record.expires_at else "never"

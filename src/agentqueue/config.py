@@ -4,6 +4,8 @@ The variable for a value is ``AGENTQUEUE_`` plus its path in upper case with ``_
 levels: ``[queue] lease_ttl_secs`` is ``AGENTQUEUE_QUEUE__LEASE_TTL_SECS`` and
 ``[task_types.bugfix] timeout_secs`` is ``AGENTQUEUE_TASK_TYPES__BUGFIX__TIMEOUT_SECS``.
 Environment beats file; file beats defaults. Unknown keys are errors naming the key.
+``AGENTQUEUE_API`` alone is not the ``[api]`` section: it names the server the CLI talks to (its
+keys are ``AGENTQUEUE_API__PORT`` and so on).
 """
 
 from __future__ import annotations
@@ -22,7 +24,13 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 from .domain.errors import ConfigError, FieldProblem
 from .domain.priority import DEFAULT_AGING_INTERVAL_SECS
@@ -315,6 +323,17 @@ class ApiSettings(_Section):
     """The longest ``?wait=`` a request may ask for."""
 
 
+class _Environment(EnvSettingsSource):
+    """The environment, less ``AGENTQUEUE_API``: the URL of a server for the CLI, which would
+    otherwise be read as the whole ``[api]`` section in JSON and refused."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        value, key, is_complex = super().get_field_value(field, field_name)
+        if field_name == "api":
+            value = None
+        return value, key, is_complex
+
+
 class Settings(BaseSettings):
     """Everything configurable. Build with :func:`load_settings`."""
 
@@ -379,7 +398,7 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # The TOML file arrives as init values; the environment overrides it.
-        return (env_settings, init_settings)
+        return (_Environment(settings_cls), init_settings)
 
     def timeouts(self) -> dict[str, int]:
         """Configured attempt timeouts by task_type."""

@@ -18,11 +18,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import __version__
 from ..domain import access
-from ..domain.errors import AgentQueueError
+from ..domain.errors import AgentQueueError, RateLimited
 from ..queue import AsyncQueue
 from ..service.health import readiness
 from . import models
-from .auth import Authenticator, RateLimited, RateLimiter, guarded, retry_after, route_policy
+from .auth import Authenticator, RateLimiter, guarded, retry_after, route_policy
 from .middleware import BodyLimit, LastResort
 from .problems import on_agentqueue_error, on_http_error, on_validation_error, problem
 from .routes import router

@@ -18,21 +18,12 @@ from fastapi import Depends, Request
 from fastapi.routing import APIRoute
 
 from ..domain.access import Policy, Principal, TokenRecord
-from ..domain.errors import AgentQueueError, Forbidden
+from ..domain.errors import Forbidden, RateLimited, Unauthenticated
 from ..service import tokens
 from ..service.runtime import Runtime
-from ..service.tokens import Unauthenticated
 
 POLICY_KEY = "x-agentqueue-policy"
 """Where a route's policy is recorded in its OpenAPI extras (and so in the route table)."""
-
-
-class RateLimited(AgentQueueError):
-    """A token made more requests than ``[api] requests_per_minute`` allows."""
-
-    def __init__(self, retry_after: float) -> None:
-        self.retry_after = retry_after
-        super().__init__(f"too many requests for this token; try again in {retry_after:.1f} s")
 
 
 class NotAllowed(Forbidden):
@@ -115,8 +106,7 @@ def needs(policy: Policy) -> Callable[[Request], Awaitable[Principal]]:
 
     async def caller(request: Request) -> Principal:
         state = request.app.state
-        auth: Authenticator = state.auth
-        who = await auth.principal(bearer(request))
+        who: Principal = await state.auth.principal(bearer(request))
         state.limiter.take(who.name)
         if not policy.allows(who):
             raise NotAllowed(

@@ -107,6 +107,7 @@ class LogOut(_Out):
     """Output captured from one attempt."""
 
     task_id: str
+    tenant: str
     attempt: int
     stream: str
     at: str | None

@@ -26,8 +26,8 @@ from ..domain.errors import (
     StoreMisconfigured,
     StoreUnavailable,
     TransitionRefused,
+    Unauthenticated,
 )
-from ..service.tokens import Unauthenticated
 
 log = logging.getLogger("agentqueue.api")
 

@@ -194,8 +194,7 @@ def _page(request: Request, page: reads.TaskPage) -> JSONResponse:
     if page.next_cursor is not None:
         url = request.url.include_query_params(cursor=page.next_cursor)
         headers["Link"] = f'<{url}>; rel="next"'
-    body = {"items": [t.to_json() for t in page.items], "next": page.next_cursor}
-    return JSONResponse(body, headers=headers)
+    return JSONResponse(page.to_json(), headers=headers)
 
 
 @router.get(
@@ -501,16 +500,7 @@ for _action, _model, _summary in (
 )
 async def paused(request: Request) -> JSONResponse:
     """Every paused task type."""
-    return JSONResponse([_paused_json(p) for p in await pausing.paused(_rt(request))])
-
-
-def _paused_json(p: Any) -> dict[str, Any]:
-    return {
-        "task_type": p.task_type,
-        "paused_at": p.paused_at.isoformat(),
-        "paused_by": p.paused_by,
-        "reason": p.reason,
-    }
+    return JSONResponse([p.to_json() for p in await pausing.paused(_rt(request))])
 
 
 @router.post(
@@ -525,7 +515,7 @@ async def pause(request: Request, who: Who, task_type: str) -> JSONResponse:
     cover every tenant)."""
     body = _validated(models.PauseIn, await _optional_body(request))
     found = await pausing.pause(_rt(request), task_type, actor=who.name, reason=body.reason)
-    return JSONResponse(_paused_json(found))
+    return JSONResponse(found.to_json())
 
 
 @router.post(
@@ -636,9 +626,9 @@ async def tokens_create(request: Request, who: Who) -> JSONResponse:
         rt, name=body.name, role=body.role, tenant=body.tenant, expires=body.expires,
         actor=who.name,
     )  # fmt: skip
-    out = made.record.to_json(rt.clock.now())
-    out["secret"] = made.secret
-    return JSONResponse(out, status_code=201, headers={"Cache-Control": "no-store"})
+    return JSONResponse(
+        made.to_json(rt.clock.now()), status_code=201, headers={"Cache-Control": "no-store"}
+    )
 
 
 @router.post(
@@ -666,13 +656,4 @@ async def tokens_revoke(request: Request, name: str) -> JSONResponse:
 )
 async def verify(request: Request) -> JSONResponse:
     """Walk every task's audit chain; ``ok`` false and ``breaks`` name what does not hold."""
-    report = await audit.verify(_rt(request))
-    return JSONResponse(
-        {
-            "ok": report.ok,
-            "tasks": report.tasks,
-            "events": report.events,
-            "purged": report.purged,
-            "breaks": [str(b) for b in report.breaks],
-        }
-    )
+    return JSONResponse((await audit.verify(_rt(request))).to_json())

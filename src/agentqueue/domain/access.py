@@ -10,9 +10,11 @@ every tenant.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 from uuid import UUID
 
 
@@ -150,3 +152,24 @@ class TokenRecord:
             "revoked_at": self.revoked_at.isoformat() if self.revoked_at else None,
             "status": self.status(now),
         }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> TokenRecord:
+        """The token :meth:`to_json` gave, as the API lists it: without the secret's hash
+        (``secret_hash`` is empty), its status worked out again from its times."""
+
+        def at(value: str | None) -> datetime | None:
+            return None if value is None else datetime.fromisoformat(value)
+
+        return cls(
+            id=UUID(data["id"]),
+            name=data["name"],
+            prefix=data["prefix"],
+            secret_hash="",
+            role=Role(data["role"]),
+            tenant=data.get("tenant"),
+            created_at=datetime.fromisoformat(data["created_at"]),
+            created_by=data["created_by"],
+            expires_at=at(data.get("expires_at")),
+            revoked_at=at(data.get("revoked_at")),
+        )

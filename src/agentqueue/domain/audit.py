@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -155,6 +156,18 @@ class ChainBreak:
 
     def __str__(self) -> str:
         return f"task {self.task_id} event {self.seq}: {self.problem}"
+
+    @classmethod
+    def from_text(cls, text: str) -> ChainBreak:
+        """The break whose words (``str(brk)``, as the API reports it) are ``text``; ValueError
+        if they are not such words."""
+        match = _BREAK_TEXT.fullmatch(text)
+        if match is None:
+            raise ValueError(f"not the words of a chain break: {text[:80]!r}")
+        return cls(UUID(match.group(1)), int(match.group(2)), match.group(3))
+
+
+_BREAK_TEXT = re.compile(r"task ([0-9a-f-]{36}) event (-?\d+): (.*)", re.DOTALL)
 
 
 def check_chain(

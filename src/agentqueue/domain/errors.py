@@ -1,7 +1,8 @@
 """The error types every layer raises.
 
 Shells map them to answers: the CLI exits 2 for :class:`InvalidInput` and 1 for the rest; the HTTP
-API will map them to 4xx codes. Messages never carry secrets.
+API answers each with its status code, and the HTTP client raises the same type again from that
+answer. Messages never carry secrets.
 """
 
 from __future__ import annotations
@@ -94,3 +95,44 @@ class Conflict(AgentQueueError):
 
 class Forbidden(AgentQueueError):
     """The actor is not allowed to do this (an approval by someone who is not an approver)."""
+
+
+class Unauthenticated(AgentQueueError):
+    """No usable API token: missing, malformed, unknown, revoked or expired (the reason says
+    which, never the secret). HTTP 401."""
+
+
+class RateLimited(AgentQueueError):
+    """A token made more requests than ``[api] requests_per_minute`` allows; ``retry_after``
+    says how many seconds to wait. HTTP 429."""
+
+    def __init__(self, retry_after: float, message: str | None = None) -> None:
+        self.retry_after = retry_after
+        super().__init__(
+            message or f"too many requests for this token; try again in {retry_after:.1f} s"
+        )
+
+
+class Refused(TransitionRefused, Conflict):
+    """The HTTP API answered 409: the state machine refused the change (cancelling a task that
+    has ended, say) or a write met one it conflicts with (a token name already taken). The
+    answer does not say which, so this is both: ``except TransitionRefused`` and ``except
+    Conflict`` each catch it, as they would the local queue's error. ``refusal`` is the
+    server's words."""
+
+
+class ServerUnreachable(StoreUnavailable):
+    """The HTTP API could not be reached, or the connection failed before an answer came
+    (refused, reset, timed out). Like any StoreUnavailable it may pass; a request whose answer
+    was lost may have been carried out, so send it again only if it is safe to repeat (a
+    submit with an ``idempotency_key`` is)."""
+
+
+class APIError(AgentQueueError):
+    """An answer of the HTTP API that no other error type fits (a 500, say); ``status`` is its
+    HTTP status and ``error_id`` the id the server logged the error under, if it gave one."""
+
+    def __init__(self, status: int, message: str, error_id: str | None = None) -> None:
+        self.status = status
+        self.error_id = error_id
+        super().__init__(message)

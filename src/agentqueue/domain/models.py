@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
@@ -154,6 +155,53 @@ class Task:
             "finished_at": _iso(self.finished_at),
         }
 
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Task:
+        """The task :meth:`to_json` gave (as the HTTP API answers it); keys it does not know
+        are ignored. What the JSON does not carry is bookkeeping of the store: ``seq``,
+        ``event_seq``, ``last_hash``, ``lease_expires_at`` and ``tool_deadline_at`` keep their
+        defaults, and ``eligible_at`` is taken to be ``created_at``."""
+        created = _at(data["created_at"])
+        return cls(
+            id=UUID(data["id"]),
+            tenant=data["tenant"],
+            source=data["source"],
+            source_id=data.get("source_id"),
+            title=data["title"],
+            task_type=data["task_type"],
+            payload=data.get("payload"),
+            priority=int(data["priority"]),
+            state=TaskState(data["state"]),
+            max_retries=int(data["max_retries"]),
+            retry_count=int(data["retry_count"]),
+            timeout_secs=int(data["timeout_secs"]),
+            created_at=created,
+            updated_at=_at(data["updated_at"]),
+            eligible_at=created,
+            requested_by=data["requested_by"],
+            lock_token=_uuid_or_none(data.get("lock_token")),
+            locked_at=_at_or_none(data.get("locked_at")),
+            heartbeat_at=_at_or_none(data.get("heartbeat_at")),
+            assignee=data.get("assignee"),
+            assigned_to=data.get("assigned_to"),
+            depends_on=tuple(UUID(d) for d in data.get("depends_on") or ()),
+            idempotency_key=data.get("idempotency_key"),
+            callback_url=data.get("callback_url"),
+            checkpoint=data.get("checkpoint"),
+            tool_calls=tuple(data.get("tool_calls") or ()),
+            result=data.get("result"),
+            error=data.get("error"),
+            state_reason=data.get("state_reason"),
+            hold=data.get("hold"),
+            approved_by=data.get("approved_by"),
+            kind=data.get("kind", "task"),
+            labels=tuple(data.get("labels") or ()),
+            agent=data.get("agent"),
+            run_after=_at_or_none(data.get("run_after")),
+            started_at=_at_or_none(data.get("started_at")),
+            finished_at=_at_or_none(data.get("finished_at")),
+        )
+
 
 _TASK_FIELDS = frozenset(f.name for f in fields(Task))
 
@@ -192,6 +240,25 @@ class Event:
             "hash": self.hash,
         }
 
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Event:
+        """The event :meth:`to_json` gave (``data_text``, the exact text hashed, is not
+        carried: it stays empty)."""
+        before = data.get("from")
+        return cls(
+            task_id=UUID(data["task_id"]),
+            tenant=data["tenant"],
+            seq=int(data["seq"]),
+            at=_at(data["at"]),
+            from_state=TaskState(before) if before is not None else None,
+            to_state=TaskState(data["to"]),
+            action=data["action"],
+            actor=data["actor"],
+            reason=data.get("reason", ""),
+            data=dict(data.get("data") or {}),
+            hash=data.get("hash", ""),
+        )
+
 
 @dataclass(frozen=True)
 class LogRecord:
@@ -209,6 +276,7 @@ class LogRecord:
         """The record as a JSON object."""
         return {
             "task_id": str(self.task_id),
+            "tenant": self.tenant,
             "attempt": self.attempt,
             "stream": self.stream,
             "at": _iso(self.at),
@@ -216,6 +284,31 @@ class LogRecord:
             "truncated": self.truncated,
         }
 
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> LogRecord:
+        """The record :meth:`to_json` gave."""
+        return cls(
+            task_id=UUID(data["task_id"]),
+            tenant=data["tenant"],
+            attempt=int(data["attempt"]),
+            stream=data["stream"],
+            at=_at(data["at"]),
+            text=data["text"],
+            truncated=bool(data.get("truncated", False)),
+        )
+
 
 def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value is not None else None
+
+
+def _at(value: str) -> datetime:
+    return datetime.fromisoformat(value)
+
+
+def _at_or_none(value: str | None) -> datetime | None:
+    return None if value is None else datetime.fromisoformat(value)
+
+
+def _uuid_or_none(value: str | None) -> UUID | None:
+    return None if value is None else UUID(value)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -59,3 +60,25 @@ class Schedule:
             "created_at": iso(self.created_at),
             "updated_at": iso(self.updated_at),
         }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Schedule:
+        """The schedule :meth:`to_json` gave."""
+
+        def at(value: str | None) -> datetime | None:
+            return None if value is None else datetime.fromisoformat(value)
+
+        return cls(
+            tenant=data["tenant"],
+            name=data["name"],
+            cron=data["cron"],
+            tz=data["tz"],
+            task=dict(data["task"]),
+            catch_up=CatchUp(data["catch_up"]),
+            next_at=datetime.fromisoformat(data["next_at"]),
+            created_by=data["created_by"],
+            created_at=datetime.fromisoformat(data["created_at"]),
+            updated_at=datetime.fromisoformat(data["updated_at"]),
+            last_slot_at=at(data.get("last_slot_at")),
+            last_fired_at=at(data.get("last_fired_at")),
+        )

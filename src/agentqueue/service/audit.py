@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from ..domain.audit import ChainBreak, StoredEvent, check_chain
 from .runtime import Runtime
@@ -26,6 +26,26 @@ class VerifyReport:
     def ok(self) -> bool:
         """True when every chain holds."""
         return not self.breaks
+
+    def to_json(self) -> dict[str, Any]:
+        """As the API answers ``verify``: each break in words."""
+        return {
+            "ok": self.ok,
+            "tasks": self.tasks,
+            "events": self.events,
+            "purged": self.purged,
+            "breaks": [str(b) for b in self.breaks],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> VerifyReport:
+        """The report :meth:`to_json` gave."""
+        return cls(
+            int(data["tasks"]),
+            int(data["events"]),
+            [ChainBreak.from_text(b) for b in data.get("breaks") or ()],
+            int(data.get("purged", 0)),
+        )
 
 
 async def _next(it: AsyncIterator[T]) -> T | None:

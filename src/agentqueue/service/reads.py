@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -25,6 +25,15 @@ class TaskPage:
     items: list[Task]
     next_cursor: str | None
 
+    def to_json(self) -> dict[str, Any]:
+        """``{"items": [task, ...], "next": cursor}``, as the API answers a list."""
+        return {"items": [t.to_json() for t in self.items], "next": self.next_cursor}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> TaskPage:
+        """The page :meth:`to_json` gave."""
+        return cls([Task.from_json(t) for t in data["items"]], data.get("next"))
+
 
 @dataclass(frozen=True)
 class Stats:
@@ -40,6 +49,11 @@ class Stats:
     def to_json(self) -> dict[str, Any]:
         """``{"by_state": {...}, "total": n}``."""
         return {"by_state": {s.value: n for s, n in self.by_state.items()}, "total": self.total}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Stats:
+        """The counts :meth:`to_json` gave (the total is worked out again)."""
+        return cls({TaskState(s): int(n) for s, n in data["by_state"].items()})
 
 
 def parse_states(
@@ -178,6 +192,17 @@ class AgentLoad:
     def to_json(self) -> dict[str, Any]:
         """As a JSON object."""
         return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> AgentLoad:
+        """The load :meth:`to_json` gave."""
+        return cls(
+            data["name"],
+            list(data["task_types"]),
+            list(data["labels"]),
+            int(data["max_concurrent"]),
+            int(data["admitted"]),
+        )
 
 
 async def agent_loads(rt: Runtime) -> list[AgentLoad]:

@@ -53,6 +53,11 @@ class SubmitResult:
             out["matched_by"] = self.matched_by
         return out
 
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> SubmitResult:
+        """The result :meth:`to_json` gave (as the API answers a submit)."""
+        return cls(Task.from_json(data), bool(data["created"]), data.get("matched_by"))
+
 
 def build_task(rt: Runtime, spec: TaskSpec, kind: str = "task") -> Task:
     """A new pending Task of ``kind`` from a validated spec (no I/O)."""

@@ -12,11 +12,13 @@ import hashlib
 import hmac
 import re
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from ..domain.access import Principal, Role, TokenRecord
-from ..domain.errors import AgentQueueError, Conflict, InvalidInput, NotFound
+from ..domain.errors import Conflict, InvalidInput, NotFound, Unauthenticated
 from ..ids import new_task_id
 from ..spec import check_name
 from .runtime import Runtime
@@ -28,17 +30,21 @@ _DURATION = re.compile(r"^(\d{1,6})([mhdw])$")
 _UNITS = {"m": 60, "h": 3600, "d": 86_400, "w": 7 * 86_400}
 
 
-class Unauthenticated(AgentQueueError):
-    """No usable token: missing, malformed, unknown, revoked or expired (the reason says which,
-    never the secret)."""
-
-
 @dataclass(frozen=True)
 class NewToken:
     """A token just made and its secret, which is shown this once."""
 
     record: TokenRecord
     secret: str
+
+    def to_json(self, now: datetime) -> dict[str, object]:
+        """The token as listed, with its ``secret``."""
+        return {**self.record.to_json(now), "secret": self.secret}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> NewToken:
+        """The new token :meth:`to_json` gave (as the API answers its creation)."""
+        return cls(TokenRecord.from_json(data), data["secret"])
 
 
 def hash_secret(secret: str) -> str:

@@ -188,6 +188,25 @@ class PausedType:
     paused_by: str
     reason: str
 
+    def to_json(self) -> dict[str, Any]:
+        """As the API answers it and ``pause --json`` prints it."""
+        return {
+            "task_type": self.task_type,
+            "paused_at": self.paused_at.isoformat(),
+            "paused_by": self.paused_by,
+            "reason": self.reason,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> PausedType:
+        """The paused type :meth:`to_json` gave."""
+        return cls(
+            data["task_type"],
+            datetime.fromisoformat(data["paused_at"]),
+            data["paused_by"],
+            data.get("reason", ""),
+        )
+
 
 @dataclass(frozen=True)
 class OutboxItem:
