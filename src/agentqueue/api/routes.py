@@ -71,8 +71,15 @@ def _submitted_by(who: Principal, items: list[Any], single: bool) -> None:
             raise InvalidInput(f"is the token's name ({who.name!r}) and cannot be set", field)
 
 
+def shown(task: dict[str, Any]) -> dict[str, Any]:
+    """A task's JSON as the API shows it: without its lease's lock_token, which is the
+    capability of the worker holding it, not something a reader needs."""
+    task["lock_token"] = None
+    return task
+
+
 def _task_json(task: Task) -> JSONResponse:
-    return JSONResponse(task.to_json())
+    return JSONResponse(shown(task.to_json()))
 
 
 def _spec_body(model: type[Any]) -> dict[str, Any]:
@@ -116,7 +123,7 @@ async def submit(request: Request, who: Who) -> JSONResponse:
         raise InvalidInput("must be an object of task fields", "body")
     _submitted_by(who, [body], single=True)
     result = await request.app.state.submitter.submit(who, body)
-    return JSONResponse(result.to_json(), status_code=201 if result.created else 200)
+    return JSONResponse(shown(result.to_json()), status_code=201 if result.created else 200)
 
 
 @router.post(
@@ -140,7 +147,7 @@ async def submit_many(request: Request, who: Who) -> JSONResponse:
         raise InvalidInput("must list at least one task", "tasks")
     _submitted_by(who, items, single=False)
     results = await request.app.state.submitter.submit_many(who, items)
-    return JSONResponse({"tasks": [r.to_json() for r in results]})
+    return JSONResponse({"tasks": [shown(r.to_json()) for r in results]})
 
 
 # --- reading ------------------------------------------------------------------------------
@@ -194,7 +201,9 @@ def _page(request: Request, page: reads.TaskPage) -> JSONResponse:
     if page.next_cursor is not None:
         url = request.url.include_query_params(cursor=page.next_cursor)
         headers["Link"] = f'<{url}>; rel="next"'
-    return JSONResponse(page.to_json(), headers=headers)
+    body = page.to_json()
+    body["items"] = [shown(item) for item in body["items"]]
+    return JSONResponse(body, headers=headers)
 
 
 @router.get(
