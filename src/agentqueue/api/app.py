@@ -13,7 +13,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from fastapi.routing import APIRoute
+from fastapi.routing import APIRoute, iter_route_contexts
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import __version__
@@ -35,11 +35,15 @@ class UndeclaredPolicy(RuntimeError):
 
 
 def check_policies(app: FastAPI) -> None:
-    """Every route of the app declares a policy; raise naming the first that does not."""
-    for route in app.routes:
+    """Every route of the app declares a policy; raise naming the first that does not.
+
+    The routes of included routers are walked as FastAPI walks them to serve a request:
+    ``app.routes`` holds an included router as one entry, not its routes."""
+    for context in iter_route_contexts(app.routes):
+        route = context.original_route
         if isinstance(route, APIRoute) and route_policy(route) is None:
             methods = ",".join(sorted(route.methods or ()))
-            raise UndeclaredPolicy(f"route {methods} {route.path} declares no policy")
+            raise UndeclaredPolicy(f"route {methods} {context.path} declares no policy")
 
 
 async def _rate_limited(_request: Request, exc: Exception) -> JSONResponse:
