@@ -78,12 +78,31 @@ def _task_json(task: Task) -> JSONResponse:
 
 def _spec_body(model: type[Any]) -> dict[str, Any]:
     """Describe a body the route reads itself (so it is checked with the CLI's words)."""
-    return {
-        "requestBody": {
-            "required": True,
-            "content": {"application/json": {"schema": model.model_json_schema(by_alias=True)}},
-        }
-    }
+    schema = _inlined(model.model_json_schema(by_alias=True))
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+
+
+def _inlined(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` with its ``$defs`` put in place of their references: embedded in the OpenAPI
+    document, ``#/$defs/...`` would point at the document's root, where nothing is."""
+    defs = schema.pop("$defs", {})
+
+    def walk(node: Any, within: frozenset[str]) -> Any:
+        if isinstance(node, list):
+            return [walk(item, within) for item in node]
+        if not isinstance(node, dict):
+            return node
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/"):
+            name = ref.removeprefix("#/$defs/")
+            if name in within:
+                raise ValueError(f"{name} refers to itself; it cannot be inlined")
+            rest = {k: v for k, v in node.items() if k != "$ref"}
+            return {**walk(defs[name], within | {name}), **walk(rest, within)}
+        return {key: walk(value, within) for key, value in node.items()}
+
+    inlined: dict[str, Any] = walk(schema, frozenset())
+    return inlined
 
 
 def _declared(policy: access.Policy, body: type[Any] | None = None) -> dict[str, Any]:
