@@ -21,10 +21,12 @@ from typing import Any
 
 import httpx
 import pytest
+import task_states
 from fastapi import APIRouter, FastAPI
 from fastapi.routing import APIRoute, iter_route_contexts
-from http_server import HOLD_PATTERN, ApiServer
+from http_server import ApiServer
 from starlette.routing import BaseRoute
+from task_states import fresh_name
 
 from agentqueue import AsyncQueue
 from agentqueue.api.app import UndeclaredPolicy, check_policies, create_app
@@ -33,8 +35,6 @@ from agentqueue.api.problems import AUTH_CHALLENGE
 from agentqueue.config import Settings
 from agentqueue.domain import access
 from agentqueue.domain.access import Policy, Principal, Role
-from agentqueue.domain.states import TaskState
-from agentqueue.service.execution import Outcome, OutcomeKind
 
 OWN, OTHER = "alpha", "beta"
 ROLES = [Role.SUBMITTER, Role.APPROVER, Role.OPERATOR, Role.ADMIN, Role.WORKER]
@@ -106,59 +106,33 @@ class Fixtures:
 
     def __init__(self, queue: AsyncQueue) -> None:
         self.q = queue
-        self.n = itertools.count()
 
-    def name(self, prefix: str) -> str:
-        """A fresh name."""
-        return f"{prefix}-{uuid.uuid4().hex[:10]}"
-
-    async def task(self, tenant: str, title: str = "matrix task", **fields: Any) -> uuid.UUID:
-        """A new task of ``tenant`` (queued, or blocked when the title says so)."""
-        made = await self.q.submit(title=title, task_type=self.name("mx"), tenant=tenant, **fields)
-        return made.task.id
+    async def task(self, tenant: str) -> uuid.UUID:
+        """A new queued task of ``tenant``."""
+        return (await task_states.queued(self.q, tenant)).id
 
     async def blocked(self, tenant: str) -> uuid.UUID:
-        """A task the test guardrail holds for approval."""
-        task_id = await self.task(tenant, title=f"{HOLD_PATTERN} matrix")
-        task = await self.q.get(task_id)
-        assert task.state is TaskState.BLOCKED, task.state
-        return task_id
-
-    async def _claimed(self, tenant: str, **fields: Any) -> Any:
-        task_type = self.name("mx")
-        await self.q.submit(title="matrix", task_type=task_type, tenant=tenant, **fields)
-        [claimed] = await self.q.claim(1, "matrix-worker", task_types=[task_type])
-        return claimed
-
-    async def waiting(self, tenant: str) -> tuple[uuid.UUID, str]:
-        """A task waiting on tool call ``call-1``."""
-        claimed = await self._claimed(tenant)
-        call = {"id": "call-1", "name": "search", "args": {}, "timeout_secs": 600}
-        outcome = Outcome(
-            claimed.id, claimed.lock_token, OutcomeKind.WAITING_TOOL, tool_call=call,
-            claimed=claimed,
-        )  # fmt: skip
-        done = await self.q.finish([outcome])
-        assert getattr(done[claimed.id], "state", None) is TaskState.WAITING_TOOL
-        return claimed.id, "call-1"
+        """A task held for approval."""
+        return (await task_states.blocked(self.q, tenant)).id
 
     async def dead(self, tenant: str) -> uuid.UUID:
         """A dead letter."""
-        claimed = await self._claimed(tenant, max_retries=0)
-        task = await self.q.fail(claimed.id, claimed.lock_token, "broke", retryable=True)
-        assert task.state is TaskState.DEAD_LETTER, task.state
-        return task.id
+        return (await task_states.dead(self.q, tenant)).id
+
+    async def waiting(self, tenant: str) -> tuple[uuid.UUID, str]:
+        """A task waiting on a tool call, and the call's id."""
+        return (await task_states.waiting(self.q, tenant)).id, task_states.CALL_ID
 
     async def schedule(self, tenant: str) -> str:
         """A cron schedule of ``tenant``."""
-        name = self.name("sched")
+        name = fresh_name("sched")
         task = {"title": "nightly", "task_type": "docs"}
         await self.q.add_schedule(name, cron="0 2 * * *", task=task, tenant=tenant)
         return name
 
     async def token(self) -> str:
         """A live token's name."""
-        name = self.name("tok")
+        name = fresh_name("tok")
         await self.q.create_token(name, role="submitter", tenant=OWN)
         return name
 
@@ -198,11 +172,11 @@ def _plain(body: Any = None, params: dict[str, str] | None = None) -> Recipe:
 
 
 async def _submit(fx: Fixtures, _tenant: str, _who: Principal) -> Call:
-    return Call(body={"title": "matrix", "task_type": "docs", "source_id": fx.name("src")})
+    return Call(body={"title": "matrix", "task_type": "docs", "source_id": fresh_name("src")})
 
 
 async def _bulk(fx: Fixtures, _tenant: str, _who: Principal) -> Call:
-    item = {"title": "matrix", "task_type": "docs", "source_id": fx.name("src")}
+    item = {"title": "matrix", "task_type": "docs", "source_id": fresh_name("src")}
     return Call(body={"tasks": [item]})
 
 
@@ -221,7 +195,7 @@ async def _resume(_fx: Fixtures, _tenant: str, _who: Principal) -> Call:
 
 async def _schedule_add(fx: Fixtures, _tenant: str, _who: Principal) -> Call:
     body = {
-        "name": fx.name("sched"),
+        "name": fresh_name("sched"),
         "cron": "0 3 * * *",
         "task": {"title": "t", "task_type": "docs"},
     }
@@ -235,7 +209,7 @@ async def _schedule_rm(fx: Fixtures, tenant: str, who: Principal) -> Call:
 
 
 async def _token_add(fx: Fixtures, _tenant: str, _who: Principal) -> Call:
-    return Call(body={"name": fx.name("tok"), "role": "submitter", "tenant": OWN})
+    return Call(body={"name": fresh_name("tok"), "role": "submitter", "tenant": OWN})
 
 
 async def _token_revoke(fx: Fixtures, _tenant: str, _who: Principal) -> Call:
