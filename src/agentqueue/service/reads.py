@@ -74,6 +74,24 @@ async def get(rt: Runtime, task_id: UUID, tenant: str | None = None) -> Task:
     return found[0]
 
 
+MAX_CURSOR = 2**63 - 1
+"""Past the largest position either database keeps (a signed 64-bit integer)."""
+
+
+def parse_cursor(cursor: str | None) -> int | None:
+    """The position a cursor returned by list stands for; InvalidInput naming ``cursor`` for
+    anything else (a number out of the databases' range included)."""
+    if cursor is None:
+        return None
+    try:
+        before = int(cursor)
+    except ValueError:
+        raise InvalidInput("not a cursor returned by list", "cursor") from None
+    if not 0 <= before <= MAX_CURSOR:
+        raise InvalidInput("not a cursor returned by list", "cursor")
+    return before
+
+
 async def list_tasks(
     rt: Runtime,
     *,
@@ -87,12 +105,7 @@ async def list_tasks(
     """Tasks matching every given filter, newest first, ``limit`` per page."""
     if not 1 <= limit <= MAX_PAGE:
         raise InvalidInput(f"must be 1-{MAX_PAGE}", "limit")
-    before: int | None = None
-    if cursor is not None:
-        try:
-            before = int(cursor)
-        except ValueError:
-            raise InvalidInput("not a cursor returned by list", "cursor") from None
+    before = parse_cursor(cursor)
     flt = TaskFilter(tenant, states, task_types, sources, limit, before)
     items = await rt.store.list_tasks(flt)
     next_cursor = str(items[-1].seq) if len(items) == limit else None
