@@ -41,6 +41,8 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     for code in (401, 403, 404, 409, 413, 422, 429, 503)
 }
 STREAM_KEEPALIVE_SECS = 15.0
+MAX_JSON_DEPTH = 512
+"""The deepest nesting of arrays and objects a request body may have."""
 
 
 def _rt(request: Request) -> Runtime:
@@ -57,10 +59,29 @@ async def _json_body(request: Request) -> Any:
     raw = await request.body()
     if not raw:
         raise InvalidInput("a JSON body is required", "body")
+    return _parsed(raw)
+
+
+def _parsed(raw: bytes) -> Any:
+    """A body's JSON, nested at most MAX_JSON_DEPTH deep: what is read, checked, stored and
+    written back recurses once per level, so a deeper body would end in a RecursionError (a
+    500) at one step or another."""
+    too_deep = InvalidInput(f"is nested more than {MAX_JSON_DEPTH} levels deep", "body")
     try:
-        return json.loads(raw)
+        value = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise InvalidInput("not valid JSON", "body") from None
+    except RecursionError:
+        raise too_deep from None
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict | list):
+            if depth > MAX_JSON_DEPTH:
+                raise too_deep
+            items = node.values() if isinstance(node, dict) else node
+            stack.extend((item, depth + 1) for item in items)
+    return value
 
 
 def _submitted_by(who: Principal, items: list[Any], single: bool) -> None:
@@ -370,10 +391,7 @@ async def _optional_body(request: Request) -> Any:
     raw = await request.body()
     if not raw.strip():
         return {}
-    try:
-        return json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise InvalidInput("not valid JSON", "body") from None
+    return _parsed(raw)
 
 
 def _validated(model: type[Any], value: Any) -> Any:
