@@ -9,6 +9,7 @@ from uuid import UUID
 from ..domain.errors import InvalidInput, NotFound
 from ..domain.models import Task
 from ..domain.states import Action, Request
+from ..domain.values import NUL, NUL_PROBLEM
 from .records import decide_and_apply
 from .runtime import Runtime
 
@@ -33,6 +34,8 @@ async def act(
         raise InvalidInput(f"{action.value} is not something a person does to a task", "action")
     if not actor:
         raise InvalidInput("must say who acts", "actor")
+    if NUL in reason:
+        raise InvalidInput(NUL_PROBLEM, "reason")
     ids = list(dict.fromkeys(task_ids))
     now = rt.clock.now()
     async with rt.store.transaction() as tx:
