@@ -277,6 +277,23 @@ async def get_task(
     return _task_json(task)
 
 
+SSE_EVENT = {
+    "type": "object",
+    "description": "One server-sent event (OpenAPI 3.1 describes each event of a stream): "
+    "``id`` is the event's seq, ``event`` its action, ``data`` the event as JSON.",
+    "properties": {
+        "id": {"type": "string"},
+        "event": {"type": "string"},
+        "data": {
+            "type": "string",
+            "contentMediaType": "application/json",
+            "contentSchema": {"$ref": "#/components/schemas/EventOut"},
+        },
+    },
+    "required": ["id", "event", "data"],
+}
+
+
 @router.get(
     "/tasks/{task_id}/events",
     summary="A task's audit events, or a stream of them",
@@ -284,7 +301,7 @@ async def get_task(
     responses={
         200: {
             "model": list[models.EventOut],
-            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+            "content": {"text/event-stream": {"schema": SSE_EVENT}},
         },
         **ERRORS,
     },
