@@ -14,6 +14,7 @@ import json
 import os
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -72,6 +73,22 @@ def fresh_database(kind: str, directory: Path) -> Iterator[str]:
     finally:
         with psycopg.connect(PG_SERVER, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def run_sql(db_url: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Run one statement on a server's database directly (as an operator with a database
+    shell would), committed; return its rows."""
+    if db_url.startswith("sqlite:///"):
+        conn = sqlite3.connect(db_url.removeprefix("sqlite:///"), timeout=30)
+        try:
+            with conn:
+                rows = conn.execute(sql.replace("%s", "?"), params).fetchall()
+            return [tuple(row) for row in rows]
+        finally:
+            conn.close()
+    with psycopg.connect(db_url, autocommit=True) as pg:
+        cur = pg.execute(sql, params)
+        return [tuple(row) for row in cur.fetchall()] if cur.description else []
 
 
 def toml_config(api: Mapping[str, Any], extra: str = "") -> str:

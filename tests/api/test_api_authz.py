@@ -15,24 +15,23 @@ import asyncio
 import itertools
 import secrets
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 import pytest
 import task_states
-from fastapi import APIRouter, FastAPI
-from fastapi.routing import APIRoute, iter_route_contexts
+from app_routes import build_app, v1_routes
+from fastapi import APIRouter
+from fastapi.routing import APIRoute
 from http_server import ApiServer
-from starlette.routing import BaseRoute
 from task_states import fresh_name
 
 from agentqueue import AsyncQueue
-from agentqueue.api.app import UndeclaredPolicy, check_policies, create_app
+from agentqueue.api.app import UndeclaredPolicy, check_policies
 from agentqueue.api.auth import route_policy
 from agentqueue.api.problems import AUTH_CHALLENGE
-from agentqueue.config import Settings
 from agentqueue.domain import access
 from agentqueue.domain.access import Policy, Principal, Role
 
@@ -40,32 +39,6 @@ OWN, OTHER = "alpha", "beta"
 ROLES = [Role.SUBMITTER, Role.APPROVER, Role.OPERATOR, Role.ADMIN, Role.WORKER]
 PAUSABLE = "matrix-paused"
 """The task type the matrix pauses and resumes (no task has it)."""
-
-
-def build_app() -> FastAPI:
-    """The API app, as a server builds it (its queue is never opened here)."""
-    return create_app(AsyncQueue("sqlite:///never-opened.db", settings=Settings()))
-
-
-def served_routes(app: FastAPI) -> Iterator[tuple[str, BaseRoute]]:
-    """(path, route) of every route the app serves, included routers walked as FastAPI walks
-    them to route a request."""
-    for context in iter_route_contexts(app.routes):
-        path = context.path
-        if path is not None:
-            yield path, context.original_route
-
-
-def v1_routes(app: FastAPI) -> dict[tuple[str, str], BaseRoute]:
-    """Every route under /v1 by (method, path); HEAD answered by a GET route is left out."""
-    found: dict[tuple[str, str], BaseRoute] = {}
-    for path, route in served_routes(app):
-        if not path.startswith("/v1/"):
-            continue
-        methods = getattr(route, "methods", None) or {"GET"}
-        for method in sorted(set(methods) - {"HEAD"} or methods):
-            found[(method, path)] = route
-    return found
 
 
 APP = build_app()

@@ -22,15 +22,14 @@ import hypothesis
 import pytest
 import schemathesis
 import task_states
+from app_routes import build_app
 from http_server import ApiServer
 from hypothesis import HealthCheck, Phase, given
 from hypothesis import strategies as st
 from schemathesis import GenerationMode, checks
 from schemathesis.specs.openapi import checks as openapi_checks
 
-from agentqueue import AsyncQueue, Task
-from agentqueue.api.app import create_app
-from agentqueue.config import Settings
+from agentqueue import Task
 
 MAX_EXAMPLES = int(os.environ.get("AQ_SCHEMA_EXAMPLES", "8"))
 """Examples per operation and mode (set AQ_SCHEMA_EXAMPLES higher for a deeper run)."""
@@ -43,7 +42,7 @@ CHECKS = [
 ]
 
 
-DOCUMENT = create_app(AsyncQueue("sqlite:///never-opened.db", settings=Settings())).openapi()
+DOCUMENT = build_app().openapi()
 OPERATIONS = sorted(
     (method.upper(), path)
     for path, operations in DOCUMENT["paths"].items()
