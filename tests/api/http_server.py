@@ -27,6 +27,7 @@ from typing import Any
 
 import httpx
 import psycopg
+import pytest
 
 from agentqueue import AsyncQueue, ManualClock
 from agentqueue.clock import SystemClock
@@ -35,7 +36,6 @@ PG_SERVER = os.environ.get("AGENTQUEUE_TEST_PG", "postgresql://postgres@127.0.0.
 AGENTQUEUE = str(Path(sys.executable).with_name("agentqueue"))
 LISTENING = re.compile(r"API listening on (http://[0-9.]+:\d+)/v1")
 START_SECS = 60.0
-KINDS = ["sqlite", "postgres"]
 
 HOLD_PATTERN = "needs-approval"
 """Titles with this are held for approval by the test servers' guardrail."""
@@ -256,3 +256,24 @@ def running_server(
             yield server
         finally:
             server.stop()
+
+
+MAIN_API_SETTINGS = {
+    "requests_per_minute": 0,  # no rate limit: the matrix and schema runs make many requests
+    "token_cache_secs": 1,
+}
+
+
+@pytest.fixture(
+    scope="module",
+    params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)],
+)
+def server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ApiServer]:
+    """A running ``agentqueue api`` over a fresh SQLite file and over a fresh PostgreSQL
+    database, shared by the tests of one module; no rate limit, tokens trusted for 1 s."""
+    kind = request.param
+    directory = tmp_path_factory.mktemp(f"api-{kind}")
+    with running_server(kind, directory, MAIN_API_SETTINGS) as found:
+        yield found
