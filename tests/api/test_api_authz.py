@@ -441,3 +441,34 @@ async def test_a_revoked_token_stops_working(server: ApiServer) -> None:
                 break
             await asyncio.sleep(0.05)
         assert b.get("/v1/stats").status_code == 401
+
+
+async def test_a_tenant_bound_token_cannot_name_another_tenant(
+    server: ApiServer, callers: list[Caller]
+) -> None:
+    """Naming another tenant in a body or a parameter is refused naming ``tenant``, and nothing
+    is written there."""
+    operator = next(c for c in callers if c.who.role is Role.OPERATOR)
+    task = {"title": "elsewhere", "task_type": "docs", "tenant": OTHER}
+    schedule = {"name": fresh_name("sched"), "cron": "0 4 * * *",
+                "task": {"title": "t", "task_type": "docs"}}  # fmt: skip
+    async with server.async_client(operator.secret) as http:
+        before = (await http.get("/v1/stats")).json()
+        refusals = {
+            "tenant": await http.post("/v1/tasks", json=task),
+            "tasks[0].tenant": await http.post("/v1/tasks/bulk", json={"tasks": [task]}),
+        }
+        for field_name, answer in refusals.items():
+            assert answer.status_code == 422, answer.text
+            assert [e["field"] for e in answer.json()["errors"]] == [field_name]
+        for answer in (
+            await http.post("/v1/schedules", params={"tenant": OTHER}, json=schedule),
+            await http.get("/v1/schedules", params={"tenant": OTHER}),
+            await http.get("/v1/tasks", params={"tenant": OTHER}),
+        ):
+            assert answer.status_code == 422, answer.text
+            assert [e["field"] for e in answer.json()["errors"]] == ["tenant"]
+        assert (await http.get("/v1/stats")).json() == before
+    async with server.async_client(server.admin_secret) as admin:
+        names = [s["name"] for s in (await admin.get("/v1/schedules")).json()]
+        assert schedule["name"] not in names
