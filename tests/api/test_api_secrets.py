@@ -21,8 +21,14 @@ def _name(prefix: str) -> str:
 
 
 def _key(secret: str) -> str:
-    """The secret part of a token (after its lookup prefix)."""
-    return secret.rsplit("_", 1)[1]
+    """The secret part of a token: what follows ``aq_<12-character prefix>_`` (it may hold
+    ``_`` itself)."""
+    return secret[len(_prefix(secret)) + 1 :]
+
+
+def _prefix(secret: str) -> str:
+    """``aq_`` and the token's lookup prefix."""
+    return secret[: len("aq_") + 12]
 
 
 def _exercise(server: ApiServer, secret: str, answers: list[httpx.Response]) -> None:
@@ -60,7 +66,7 @@ def test_secrets_never_appear_but_in_the_answer_that_makes_them(server: ApiServe
             time.sleep(0.05)
     with server.client(server.admin_secret) as admin:
         assert admin.post(f"/v1/tokens/{revoked_name}/revoke").status_code == 404  # already
-    wrong_key = f"{by_cli.rsplit('_', 1)[0]}_{_key(by_api)}"
+    wrong_key = f"{_prefix(by_cli)}_{_key(by_api)}"
     unknown = f"aq_{'z' * 12}_{_key(by_service)}"
     for secret in (revoked, expired, wrong_key, unknown, f"not-quite-{by_cli}"):
         with server.client(secret) as http:
@@ -70,6 +76,9 @@ def test_secrets_never_appear_but_in_the_answer_that_makes_them(server: ApiServe
         answers.append(raw.get("/v1/stats", headers={"Authorization": by_cli}))
         answers.append(raw.get("/v1/stats", headers={"X-Api-Key": by_cli}))
     assert [a.status_code for a in answers[-8:]] == [401] * 8
+    details = [a.json()["detail"] for a in answers[-8:-3]]
+    assert details[:4] == ["the token was revoked", "the token has expired", "unknown token",
+                           "unknown token"], details  # fmt: skip
 
     secrets = [*server.secrets, wrong_key, unknown]
     leaks = []
@@ -115,7 +124,7 @@ def test_the_database_keeps_a_hash_never_the_secret(server: ApiServer) -> None:
         "SELECT prefix, secret_hash FROM aq_tokens WHERE name = %s",
         (name,),
     )
-    assert rows == [(secret.split("_")[1], hash_secret(secret))]
+    assert rows == [(_prefix(secret).removeprefix("aq_"), hash_secret(secret))]
     if server.kind == "sqlite":
         path = Path(server.db_url.removeprefix("sqlite:///"))
         stored = b"".join(p.read_bytes() for p in path.parent.glob(path.name + "*"))
