@@ -75,7 +75,8 @@ async def get(rt: Runtime, task_id: UUID, tenant: str | None = None) -> Task:
 
 
 MAX_CURSOR = 2**63 - 1
-"""Past the largest position either database keeps (a signed 64-bit integer)."""
+"""The largest position either database keeps (a signed 64-bit integer); a cursor is a
+position, so it is never negative either."""
 
 
 def parse_cursor(cursor: str | None) -> int | None:
