@@ -272,8 +272,12 @@ def server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ApiServer]:
     """A running ``agentqueue api`` over a fresh SQLite file and over a fresh PostgreSQL
-    database, shared by the tests of one module; no rate limit, tokens trusted for 1 s."""
+    database, shared by the tests of one module; no rate limit, tokens trusted for 1 s.
+    Afterwards it must still be running and have logged no traceback (whatever the tests
+    sent it, nothing went unexpectedly wrong)."""
     kind = request.param
     directory = tmp_path_factory.mktemp(f"api-{kind}")
     with running_server(kind, directory, MAIN_API_SETTINGS) as found:
         yield found
+        assert found.alive(), f"the server stopped:\n{found.log()[-3000:]}"
+        assert "Traceback" not in found.log(), f"the server logged:\n{found.log()[-3000:]}"

@@ -6,9 +6,10 @@ number of examples each (derandomized, no shrinking, no example database), so a 
 repeatable and short. Every answer must be no 5xx, carry a status code the document lists for
 the operation, the content type it names there, and a body its schema describes.
 
-(Schemathesis' own lazy ``from_fixture`` loader does not run under this pytest, so each
-operation is driven through its Hypothesis strategy here; the operations are taken from the
-app at collection time and checked against the live document.)
+(Schemathesis' own lazy loader, ``schemathesis.pytest.from_fixture``, fails under pytest 9.2
+with "'Function' object has no attribute '_nodeid'", so each operation is driven through its
+Hypothesis strategy here: the operations are taken from the app at collection time and checked
+against the live document.)
 """
 
 from __future__ import annotations
