@@ -861,6 +861,9 @@ def _run_worker(
         if api is not None:
             from .api.server import api_server, listen
 
+            # The API's app opens the queue as it starts: open it first, so that a database
+            # that cannot be used fails serve naming the cause, as it fails a worker.
+            await until_reachable(queue.open, log_for("agentqueue.api"), "opening the database")
             sock = listen(*api)
             server = api_server(queue, *api, own_signals=False)
             serving = asyncio.create_task(server.serve([sock]), name="agentqueue-api")

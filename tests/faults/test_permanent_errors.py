@@ -23,7 +23,7 @@ COMMANDS = {
     "list": ["list"],
     "worker": ["worker", "--app", "fault_app:queue"],
     "scheduler": ["scheduler"],
-    "serve": ["serve", "--app", "fault_app:queue"],
+    "serve": ["serve", "--app", "fault_app:queue", "--port", "0"],
 }
 WRONG_PASSWORD = "wr0ng-pw-never-shown"
 FUTURE = 9999

@@ -1,7 +1,9 @@
 """The ASGI app: FastAPI over one queue's runtime.
 
 ``create_app(queue)`` builds it; ``agentqueue serve`` and ``agentqueue api`` serve it with
-uvicorn. Only ``/healthz`` and ``/readyz`` answer without a token.
+uvicorn. Only ``/healthz`` and ``/readyz`` answer without a token: the OpenAPI document
+(``/v1/openapi.json``) and its page (``/v1/docs``, which carries the document in itself) take
+any valid token.
 """
 
 from __future__ import annotations
@@ -12,8 +14,9 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
-from fastapi.routing import APIRoute
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.routing import APIRoute, iter_route_contexts
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import __version__
@@ -35,11 +38,15 @@ class UndeclaredPolicy(RuntimeError):
 
 
 def check_policies(app: FastAPI) -> None:
-    """Every route of the app declares a policy; raise naming the first that does not."""
-    for route in app.routes:
+    """Every route of the app declares a policy; raise naming the first that does not.
+
+    The routes of included routers are walked as FastAPI walks them to serve a request:
+    ``app.routes`` holds an included router as one entry, not its routes."""
+    for context in iter_route_contexts(app.routes):
+        route = context.original_route
         if isinstance(route, APIRoute) and route_policy(route) is None:
             methods = ",".join(sorted(route.methods or ()))
-            raise UndeclaredPolicy(f"route {methods} {route.path} declares no policy")
+            raise UndeclaredPolicy(f"route {methods} {context.path} declares no policy")
 
 
 async def _rate_limited(_request: Request, exc: Exception) -> JSONResponse:
@@ -73,8 +80,10 @@ def create_app(queue: AsyncQueue, *, own_queue: bool = False) -> FastAPI:
         version=__version__,
         description="A durable task queue and scheduler for AI-agent work. Every route but "
         "/healthz and /readyz takes `Authorization: Bearer <token>`.",
-        openapi_url="/v1/openapi.json",
-        docs_url="/v1/docs",
+        # FastAPI's own document and docs routes answer without a token; they are added
+        # below as guarded routes instead.
+        openapi_url=None,
+        docs_url=None,
         redoc_url=None,
         lifespan=lifespan,
     )
@@ -107,6 +116,21 @@ def create_app(queue: AsyncQueue, *, own_queue: bool = False) -> FastAPI:
         if wrong is None:
             return {"status": "ready"}
         return JSONResponse({"status": "unavailable", "detail": wrong}, status_code=503)
+
+    @app.get("/v1/openapi.json", include_in_schema=False, **guarded(access.ANY_TOKEN))
+    async def openapi_document() -> JSONResponse:
+        """The OpenAPI document of every route."""
+        return JSONResponse(app.openapi())
+
+    @app.get("/v1/docs", include_in_schema=False, **guarded(access.ANY_TOKEN))
+    async def docs() -> HTMLResponse:
+        """The interactive documentation, with the document in the page (a browser would
+        fetch the document without the token)."""
+        return get_swagger_ui_html(
+            openapi_url="/v1/openapi.json",
+            title="agentqueue API",
+            swagger_ui_parameters={"spec": app.openapi()},
+        )
 
     app.include_router(router)
     check_policies(app)

@@ -18,7 +18,8 @@ from fastapi import Depends, Request
 from fastapi.routing import APIRoute
 
 from ..domain.access import Policy, Principal, TokenRecord
-from ..domain.errors import Forbidden, RateLimited, Unauthenticated
+from ..domain.errors import Forbidden, InvalidInput, RateLimited, Unauthenticated
+from ..domain.values import NUL, NUL_PROBLEM
 from ..service import tokens
 from ..service.runtime import Runtime
 
@@ -120,12 +121,24 @@ def needs(policy: Policy) -> Callable[[Request], Awaitable[Principal]]:
     return caller
 
 
+def storable_parameters(request: Request) -> None:
+    """Refuse a path or query parameter holding a NUL character, naming it: no stored string
+    holds one, and PostgreSQL refuses it even in a filter. Checked after the token (nothing
+    answers a caller without one but 401)."""
+    params = [*request.path_params.items(), *request.query_params.multi_items()]
+    for name, value in params:
+        if isinstance(value, str) and NUL in value:
+            raise InvalidInput(NUL_PROBLEM, name)
+
+
 def guarded(policy: Policy) -> dict[str, Any]:
-    """Keyword arguments for a route decorator that declare and enforce ``policy``."""
+    """Keyword arguments for a route decorator that declare and enforce ``policy`` (and refuse
+    parameters that cannot be stored)."""
     extra = {POLICY_KEY: policy.to_json()}
     if policy.public:
         return {"openapi_extra": extra}
-    return {"openapi_extra": extra, "dependencies": [Depends(needs(policy))]}
+    checks = [Depends(needs(policy)), Depends(storable_parameters)]
+    return {"openapi_extra": extra, "dependencies": checks}
 
 
 def route_policy(route: APIRoute) -> Policy | None:

@@ -23,6 +23,7 @@ from ..domain.errors import (
     Forbidden,
     InvalidInput,
     NotFound,
+    StoreError,
     StoreMisconfigured,
     StoreUnavailable,
     TransitionRefused,
@@ -112,9 +113,20 @@ def validation_problems(exc: RequestValidationError) -> list[FieldProblem]:
     return out
 
 
-async def on_agentqueue_error(_request: Request, exc: Exception) -> JSONResponse:
-    """Handler for AgentQueueError."""
+def unexpected(exc: AgentQueueError) -> bool:
+    """Whether the error is the server's, not the client's: the database answered with an
+    error nobody foresaw (neither a passing outage nor a misconfiguration)."""
+    return isinstance(exc, StoreError) and not isinstance(
+        exc, StoreUnavailable | StoreMisconfigured
+    )
+
+
+async def on_agentqueue_error(request: Request, exc: Exception) -> JSONResponse:
+    """Handler for AgentQueueError: an unexpected one is a 500 with an error id (its message,
+    the database's words, goes to the log only)."""
     assert isinstance(exc, AgentQueueError)
+    if unexpected(exc):
+        return internal_error(exc, f"{request.method} {request.url.path}")
     return from_error(exc)
 
 

@@ -40,6 +40,8 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     for code in (401, 403, 404, 409, 413, 422, 429, 503)
 }
 STREAM_KEEPALIVE_SECS = 15.0
+MAX_JSON_DEPTH = 512
+"""The deepest nesting of arrays and objects a request body may have."""
 
 
 def _rt(request: Request) -> Runtime:
@@ -56,10 +58,29 @@ async def _json_body(request: Request) -> Any:
     raw = await request.body()
     if not raw:
         raise InvalidInput("a JSON body is required", "body")
+    return _parsed(raw)
+
+
+def _parsed(raw: bytes) -> Any:
+    """A body's JSON, nested at most MAX_JSON_DEPTH deep: what is read, checked, stored and
+    written back recurses once per level, so a deeper body would end in a RecursionError (a
+    500) at one step or another."""
+    too_deep = InvalidInput(f"is nested more than {MAX_JSON_DEPTH} levels deep", "body")
     try:
-        return json.loads(raw)
+        value = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise InvalidInput("not valid JSON", "body") from None
+    except RecursionError:
+        raise too_deep from None
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict | list):
+            if depth > MAX_JSON_DEPTH:
+                raise too_deep
+            items = node.values() if isinstance(node, dict) else node
+            stack.extend((item, depth + 1) for item in items)
+    return value
 
 
 def _submitted_by(who: Principal, items: list[Any], single: bool) -> None:
@@ -84,12 +105,31 @@ def _task_json(task: Task) -> JSONResponse:
 
 def _spec_body(model: type[Any]) -> dict[str, Any]:
     """Describe a body the route reads itself (so it is checked with the CLI's words)."""
-    return {
-        "requestBody": {
-            "required": True,
-            "content": {"application/json": {"schema": model.model_json_schema(by_alias=True)}},
-        }
-    }
+    schema = _inlined(model.model_json_schema(by_alias=True))
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+
+
+def _inlined(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` with its ``$defs`` put in place of their references: embedded in the OpenAPI
+    document, ``#/$defs/...`` would point at the document's root, where nothing is."""
+    defs = schema.pop("$defs", {})
+
+    def walk(node: Any, within: frozenset[str]) -> Any:
+        if isinstance(node, list):
+            return [walk(item, within) for item in node]
+        if not isinstance(node, dict):
+            return node
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/"):
+            name = ref.removeprefix("#/$defs/")
+            if name in within:
+                raise ValueError(f"{name} refers to itself; it cannot be inlined")
+            rest = {k: v for k, v in node.items() if k != "$ref"}
+            return {**walk(defs[name], within | {name}), **walk(rest, within)}
+        return {key: walk(value, within) for key, value in node.items()}
+
+    inlined: dict[str, Any] = walk(schema, frozenset())
+    return inlined
 
 
 def _declared(policy: access.Policy, body: type[Any] | None = None) -> dict[str, Any]:
@@ -244,6 +284,23 @@ async def get_task(
     return _task_json(task)
 
 
+SSE_EVENT = {
+    "type": "object",
+    "description": "One server-sent event (OpenAPI 3.1 describes each event of a stream): "
+    "``id`` is the event's seq, ``event`` its action, ``data`` the event as JSON.",
+    "properties": {
+        "id": {"type": "string"},
+        "event": {"type": "string"},
+        "data": {
+            "type": "string",
+            "contentMediaType": "application/json",
+            "contentSchema": {"$ref": "#/components/schemas/EventOut"},
+        },
+    },
+    "required": ["id", "event", "data"],
+}
+
+
 @router.get(
     "/tasks/{task_id}/events",
     summary="A task's audit events, or a stream of them",
@@ -251,7 +308,7 @@ async def get_task(
     responses={
         200: {
             "model": list[models.EventOut],
-            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+            "content": {"text/event-stream": {"schema": SSE_EVENT}},
         },
         **ERRORS,
     },
@@ -358,10 +415,7 @@ async def _optional_body(request: Request) -> Any:
     raw = await request.body()
     if not raw.strip():
         return {}
-    try:
-        return json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise InvalidInput("not valid JSON", "body") from None
+    return _parsed(raw)
 
 
 def _validated(model: type[Any], value: Any) -> Any:

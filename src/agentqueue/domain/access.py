@@ -103,6 +103,7 @@ class Policy:
 
 
 PUBLIC = Policy(public=True)
+ANY_TOKEN = Policy(Role.SUBMITTER, also=(Role.WORKER,))
 SUBMITTER = Policy(Role.SUBMITTER)
 APPROVER = Policy(Role.APPROVER)
 OPERATOR = Policy(Role.OPERATOR)

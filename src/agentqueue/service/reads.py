@@ -104,6 +104,25 @@ def moment(value: datetime | str | None, field: str) -> datetime | None:
     return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
+MAX_CURSOR = 2**63 - 1
+"""The largest position either database keeps (a signed 64-bit integer); a cursor is a
+position, so it is never negative either."""
+
+
+def parse_cursor(cursor: str | None) -> int | None:
+    """The position a cursor returned by list stands for; InvalidInput naming ``cursor`` for
+    anything else (a number out of the databases' range included)."""
+    if cursor is None:
+        return None
+    try:
+        before = int(cursor)
+    except ValueError:
+        raise InvalidInput("not a cursor returned by list", "cursor") from None
+    if not 0 <= before <= MAX_CURSOR:
+        raise InvalidInput("not a cursor returned by list", "cursor")
+    return before
+
+
 async def list_tasks(
     rt: Runtime,
     *,
@@ -124,12 +143,7 @@ async def list_tasks(
     (each a datetime or ISO 8601 text, UTC when it names no offset)."""
     if not 1 <= limit <= MAX_PAGE:
         raise InvalidInput(f"must be 1-{MAX_PAGE}", "limit")
-    before: int | None = None
-    if cursor is not None:
-        try:
-            before = int(cursor)
-        except ValueError:
-            raise InvalidInput("not a cursor returned by list", "cursor") from None
+    before = parse_cursor(cursor)
     after_time = moment(created_after, "created_after")
     before_time = moment(created_before, "created_before")
     if after_time is not None and before_time is not None and after_time >= before_time:

@@ -59,7 +59,10 @@ def parse_expiry(value: str | None, now: datetime) -> datetime | None:
     match = _DURATION.match(value.strip())
     if not match or int(match.group(1)) == 0:
         raise InvalidInput("must be a duration like 30m, 12h, 90d or 2w, or never", "expires")
-    return now + timedelta(seconds=int(match.group(1)) * _UNITS[match.group(2)])
+    try:
+        return now + timedelta(seconds=int(match.group(1)) * _UNITS[match.group(2)])
+    except OverflowError:
+        raise InvalidInput("is past the year 9999", "expires") from None
 
 
 def _role(value: str) -> Role:
