@@ -69,6 +69,7 @@ def run(
     tenant: str | None = None,
     db: str | None = None,
     one_shot: bool = True,
+    loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None,
 ) -> T:
     """Open the queue named by the global options, run ``action``, close, map errors.
 
@@ -76,7 +77,7 @@ def run(
     process holds a SQLite file's write lock past the busy timeout, nothing was written (the
     lock is taken at BEGIN), so the action is run again, after a notice, until the lock is gone
     or ``--lock-wait`` has passed. Long-running commands (worker, serve, scheduler) wait as
-    their own loops decide.
+    their own loops decide. ``loop_factory`` makes the event loop (default: asyncio's).
     """
     opts = ctx.find_root().obj
 
@@ -107,7 +108,8 @@ def run(
     try:
         while True:
             try:
-                return asyncio.run(go())
+                with asyncio.Runner(loop_factory=loop_factory) as runner:
+                    return runner.run(go())
             except StoreUnavailable as exc:
                 if not (one_shot and isinstance(exc, StoreLocked)):
                     raise
@@ -855,7 +857,7 @@ def serve(
 @click.pass_context
 def api_cmd(ctx: click.Context, host: str | None, port: int | None) -> None:
     """Run the HTTP API alone (several API processes may share one PostgreSQL)."""
-    from .api.server import api_server
+    from .api.server import api_loop_factory, api_server
 
     _log_to_stderr()
     address = _api_address(ctx, host, port)
@@ -867,7 +869,7 @@ def api_cmd(ctx: click.Context, host: str | None, port: int | None) -> None:
         await _api_started(server, serving, address)
         await serving
 
-    run(ctx, go, one_shot=False)
+    run(ctx, go, one_shot=False, loop_factory=api_loop_factory())
 
 
 def log_for(name: str) -> Any:

@@ -3,16 +3,26 @@ one event loop (``agentqueue serve``)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import uvicorn
+from uvicorn.loops.auto import auto_loop_factory
 
 from ..queue import AsyncQueue
 from .app import create_app
 
 log = logging.getLogger("agentqueue.api")
+
+
+def api_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The event loop uvicorn would choose itself (uvloop, installed with uvicorn[standard];
+    else asyncio's), for a process that serves only the API: the CLI starts the loop, so
+    uvicorn's ``loop`` setting never applies."""
+    factory: Callable[[], asyncio.AbstractEventLoop] = auto_loop_factory(use_subprocess=False)
+    return factory
 
 
 class _Server(uvicorn.Server):
