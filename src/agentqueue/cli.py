@@ -854,13 +854,24 @@ def serve(
 
 @main.command("api")
 @_api_options
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 64),
+    default=1,
+    show_default=True,
+    help="API processes sharing the port; each has its own connections, token cache and "
+    "per-token rate limits.",
+)
 @click.pass_context
-def api_cmd(ctx: click.Context, host: str | None, port: int | None) -> None:
+def api_cmd(ctx: click.Context, host: str | None, port: int | None, workers: int) -> None:
     """Run the HTTP API alone (several API processes may share one PostgreSQL)."""
     from .api.server import api_loop_factory, api_server
 
     _log_to_stderr()
     address = _api_address(ctx, host, port)
+    if workers > 1:
+        _api_workers(ctx, address, workers)
+        return
 
     async def go(queue: AsyncQueue) -> None:
         await until_reachable(queue.open, log_for("agentqueue.api"), "opening the database")
@@ -870,6 +881,32 @@ def api_cmd(ctx: click.Context, host: str | None, port: int | None) -> None:
         await serving
 
     run(ctx, go, one_shot=False, loop_factory=api_loop_factory())
+
+
+def _api_workers(ctx: click.Context, address: tuple[str, int], workers: int) -> None:
+    """``agentqueue api --workers N``: migrate (waiting for the database as a lone API
+    process would), then serve from N processes that make their queue from the environment."""
+    from .api.server import serve_workers
+
+    async def migrated(queue: AsyncQueue) -> None:
+        await until_reachable(queue.open, log_for("agentqueue.api"), "opening the database")
+
+    run(ctx, migrated, one_shot=False)
+    opts = ctx.find_root().obj
+    for name, value in (
+        ("AGENTQUEUE_DB", opts["db"]),
+        ("AGENTQUEUE_CONFIG", opts["config"]),
+        ("AGENTQUEUE_ACTOR", opts["actor"]),
+    ):
+        if value is not None:
+            os.environ[name] = str(value)
+
+    def listening(port: int) -> None:
+        click.echo(
+            f"API listening on http://{address[0]}:{port}/v1 ({workers} processes)", err=True
+        )
+
+    serve_workers(*address, workers, listening=listening)
 
 
 def log_for(name: str) -> Any:
