@@ -115,7 +115,7 @@ def needs(policy: Policy) -> Callable[[Request], Awaitable[Principal]]:
 
     async def caller(request: Request) -> Principal:
         state = request.app.state
-        who = await state.auth.principal(bearer(request))
+        who: Principal = await state.auth.principal(bearer(request))
         state.limiter.take(who.name)
         if not policy.allows(who):
             raise NotAllowed(
