@@ -120,18 +120,30 @@ def test_api_smoke_run_reports_all_three_figures(bench_db: str, tmp_path: Path) 
     assert doc["errors"] == []
     api = doc["results"]["api"]
     single, bulk, get = api["single"], api["bulk"], api["get"]
-    assert single["statuses"] == {"201": single["n"]}
-    assert bulk["statuses"] == {"200": bulk["requests"]}
+    assert set(single["api"]) == {"1", "2"}  # one server of 1 process, one of 2
+    for figures in single["api"].values():
+        assert figures["statuses"] == {"201": single["n"]} and figures["n"] == single["n"]
+    assert single["python"]["n"] == single["n"] and bulk["python"]["n"] == bulk["n"]
+    assert bulk["statuses"] == {"200": bulk["requests"]} and bulk["api"]["n"] == bulk["n"]
     assert get["statuses"] == {"200": get["n"]} and get["measured"] == get["n"]
     for figure in (
         single["api_per_s"], single["python_per_s"], single["ratio"], single["server_cpu_percent"],
-        single["client_cpu_percent"], bulk["api_per_s"], bulk["python_per_s"], bulk["ratio"],
-        get["p50_ms"], get["p99_ms"],
+        single["client_cpu_percent"], single["server_cpu_ms_per_request"],
+        single["api"]["2"]["per_s"], bulk["api_per_s"], bulk["python_per_s"], bulk["ratio"],
+        get["p50_ms"], get["p99_ms"], get["server_cpu_ms_per_request"],
     ):  # fmt: skip
         assert is_number(figure) and figure >= 0
     assert get["p50_ms"] <= get["p99_ms"]
-    targets = {t["figure"].split(":")[0]: t for t in doc["targets"] if t["benchmark"] == "api"}
-    assert len(targets) == 3 and all(t["met"] in (True, False) for t in targets.values())
+    targets = [t for t in doc["targets"] if t["benchmark"] == "api"]
+    assert len(targets) == 3 and all(t["met"] in (True, False) for t in targets)
+
+
+def test_rounds_split_every_task() -> None:
+    from agentqueue.bench.api import _rotated, _split
+
+    assert _split(10_000, 4) == [2500] * 4
+    assert _split(10, 4) == [2, 2, 3, 3] and _split(3, 4) == [1, 1, 1]
+    assert _rotated([None, 1, 2], 1) == [1, 2, None]
 
 
 def test_http_client_reads_answers_split_and_joined() -> None:

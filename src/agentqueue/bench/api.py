@@ -1,12 +1,17 @@
 """The HTTP API against the Python API, on PostgreSQL: single submits, bulk submits, reads.
 
-The API server is a real ``agentqueue api`` process (uvicorn) with the per-token rate limit off
+The API servers are real ``agentqueue api`` processes (uvicorn; one with 1 process and one
+with ``--workers 2`` by default) with the per-token rate limit off
 (``AGENTQUEUE_API__REQUESTS_PER_MINUTE=0``); the load comes from another process (the ``http``
 role of ``agentqueue.bench.child``, a minimal keep-alive HTTP/1.1 client on uvloop), which
 reports the CPU it used, the server's processes used and the machine was busy in its timed
-window. The Python API runs in a process of its own too (the ``enqueue`` role). Each
-measurement starts from emptied tables (and a new submitter token, since the tokens go with
-them) after an untimed warm-up:
+window. The Python API runs in a process of its own too (the ``enqueue`` role).
+
+On a shared machine the CPU left over changes from second to second, so the submit
+comparisons run in rounds: N is split into ``api_rounds`` parts and each side takes a turn per
+round, the order rotating, each turn from emptied tables (and a new submitter token, since the
+tokens go with them) after an untimed warm-up; each side's times are added up. The server's CPU
+time per request is reported too: it depends far less on the neighbours than a rate does.
 
 1. single submits: ``POST /v1/tasks`` from ``clients`` keep-alive connections, each sending its
    next as soon as its answer is in, N in all; against ``AsyncQueue.submit`` in a loop, N;
@@ -27,6 +32,9 @@ import signal
 import socket
 import sys
 import time
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..queue import AsyncQueue
@@ -169,150 +177,285 @@ async def preload_ids(url: str, n: int, batch: int) -> list[str]:
     return ids
 
 
-def _cpu(figures: dict[str, Any]) -> dict[str, Any]:
-    keys = ("client_cpu_percent", "server_cpu_percent", "machine_busy_percent", "window_secs")
-    return {k: figures.get(k) for k in keys}
+def _split(n: int, rounds: int) -> list[int]:
+    """``n`` in ``rounds`` parts as equal as can be (the last ones larger)."""
+    rounds = max(1, min(rounds, n))
+    return [n // rounds + (1 if i >= rounds - n % rounds else 0) for i in range(rounds)]
+
+
+def _rotated(items: list[Any], by: int) -> list[Any]:
+    return items[by % len(items) :] + items[: by % len(items)]
+
+
+@dataclass
+class Sum:
+    """One side's parts added up over the rounds of a measurement."""
+
+    n: int = 0
+    secs: float = 0.0
+    cpu_secs: float = 0.0
+    client_cpu_secs: float = 0.0
+    window_secs: float = 0.0
+    busy_secs: float = 0.0
+    """Machine busy share times window length, so the rounds' shares average by time."""
+    statuses: Counter[str] = field(default_factory=Counter)
+
+    def add_load(self, result: Mapping[str, Any], n: int) -> None:
+        """Add one round of an HTTP load."""
+        self.n += n
+        self.secs += float(result["secs"])
+        self.cpu_secs += float(result["server_cpu_secs"])
+        self.client_cpu_secs += float(result["client_cpu_secs"])
+        self.window_secs += float(result["window_secs"])
+        self.busy_secs += float(result["machine_busy_percent"] or 0) * float(result["window_secs"])
+        self.statuses.update({str(k): int(v) for k, v in result["statuses"].items()})
+
+    def add_python(self, secs: float, cpu_secs: float, n: int) -> None:
+        """Add one round of the Python API."""
+        self.n += n
+        self.secs += secs
+        self.cpu_secs += cpu_secs
+        self.window_secs += secs
+
+    def figures(self, requests: int | None = None) -> dict[str, Any]:
+        """Rate and CPU; ``requests`` (default: ``n``) divides the server's CPU time."""
+        window = self.window_secs
+        out: dict[str, Any] = {
+            "n": self.n,
+            "secs": self.secs,
+            "per_s": rate(self.n, self.secs),
+            "cpu_percent": 100 * self.cpu_secs / window if window > 0 else None,
+        }
+        if self.statuses:
+            out["statuses"] = dict(sorted(self.statuses.items()))
+            out["server_cpu_ms_per_request"] = 1000 * self.cpu_secs / (requests or self.n)
+            out["client_cpu_percent"] = 100 * self.client_cpu_secs / window if window else None
+            out["machine_busy_percent"] = self.busy_secs / window if window else None
+        return out
 
 
 async def run(ctx: BenchContext) -> dict[str, Any]:
-    """The three measurements against one server process."""
+    """The three measurements; single submits against every server size of ``api_workers``,
+    the rest against the first."""
     s = ctx.sizes
-    ctx.progress.step("api: server")
+    ctx.progress.step("api: servers")
     url = await fresh_url(ctx, "postgresql", "api")
-    server, port = await start_server(ctx, url, s.api_workers)
-    ctx.progress.done()
+    servers: dict[int, tuple[Child, int]] = {}
     try:
+        for workers in s.api_workers:
+            servers[workers] = await start_server(ctx, url, workers)
+        ctx.progress.done()
         ctx.progress.step("api: single submits")
-        py_one = await python_api(ctx, url, s.api_one, 0, 1, s.api_warm)
-        token = await emptied(url)
-        api_one = await load(
-            ctx, server, port, token, "submit", clients=s.api_clients, n=s.api_one,
-            warm=s.api_warm,
-        )  # fmt: skip
+        single = await _singles(ctx, url, servers)
         ctx.progress.done()
         ctx.progress.step("api: bulk submits")
-        py_bulk = await python_api(ctx, url, 0, s.api_bulk, s.api_batch, s.api_warm)
-        token = await emptied(url)
-        api_bulk = await load(
-            ctx, server, port, token, "bulk", batch=s.api_batch, n=s.api_bulk, warm=s.api_warm
-        )
+        main, port = servers[s.api_workers[0]]
+        bulk = await _bulk(ctx, url, main, port)
         ctx.progress.done()
         ctx.progress.step("api: reads")
-        token = await emptied(url)
-        ids = await preload_ids(url, s.api_get_tasks, s.api_batch)
-        await analyze(url)
-        ids_file = ctx.work_dir / "api-ids.json"
-        ids_file.write_text(json.dumps(ids))
-        gets = await load(
-            ctx, server, port, token, "get", rate=s.api_get_rate, secs=s.api_get_secs,
-            ids_file=str(ids_file), warm=s.api_warm, pool=s.api_get_pool,
-        )  # fmt: skip
+        get = await _reads(ctx, url, main, port)
         ctx.progress.done()
         ctx.progress.step("api: stop")
-        await stop_server(server)
+        for child, _ in servers.values():
+            await stop_server(child)
         ctx.progress.done()
     finally:
-        await server.kill()
-    latencies = [float(v) for v in gets.pop("latencies_ms")]
-    one_api = rate(int(api_one["n"]), float(api_one["secs"]))
-    one_py = rate(int(py_one["one"]), float(py_one["one_secs"]))
-    bulk_api = rate(int(api_bulk["n"]), float(api_bulk["secs"]))
-    bulk_py = rate(int(py_bulk["bulk"]), float(py_bulk["bulk_secs"]))
+        for child, _ in servers.values():
+            await child.kill()
     out: dict[str, Any] = {
         "settings": {
-            "server": f"agentqueue api, {s.api_workers} process(es), uvicorn, "
-            "[api] requests_per_minute = 0",
-            "workers": s.api_workers,
+            "server": "agentqueue api (uvicorn), [api] requests_per_minute = 0",
+            "workers": list(s.api_workers),
             "clients": s.api_clients,
             "batch": s.api_batch,
+            "rounds": s.api_rounds,
             "warm": s.api_warm,
         },
-        "single": {
-            "n": s.api_one,
-            "clients": s.api_clients,
-            "api_per_s": one_api,
-            "python_per_s": one_py,
-            "ratio": ratio(one_api, one_py),
-            "api_secs": api_one["secs"],
-            "python_secs": py_one["one_secs"],
-            "python_cpu_percent": 100 * py_one["one_cpu_secs"] / py_one["one_secs"],
-            "statuses": api_one["statuses"],
-            **_cpu(api_one),
-        },
-        "bulk": {
-            "n": s.api_bulk,
-            "batch": s.api_batch,
-            "requests": api_bulk["requests"],
-            "api_per_s": bulk_api,
-            "python_per_s": bulk_py,
-            "ratio": ratio(bulk_api, bulk_py),
-            "api_secs": api_bulk["secs"],
-            "python_secs": py_bulk["bulk_secs"],
-            "python_cpu_percent": 100 * py_bulk["bulk_cpu_secs"] / py_bulk["bulk_secs"],
-            "statuses": api_bulk["statuses"],
-            **_cpu(api_bulk),
-        },
-        "get": {
-            "rate_per_s": s.api_get_rate,
-            "secs": s.api_get_secs,
-            "tasks": s.api_get_tasks,
-            "n": gets["n"],
-            "measured": len(latencies),
-            "achieved_rate_per_s": rate(int(gets["n"]), float(gets["secs"])),
-            "connections": gets["connections"],
-            "p50_ms": percentile(latencies, 50),
-            "p90_ms": percentile(latencies, 90),
-            "p99_ms": percentile(latencies, 99),
-            "max_ms": max(latencies) if latencies else None,
-            "send_late_ms_p99": gets["send_late_ms_p99"],
-            "statuses": gets["statuses"],
-            **_cpu(gets),
-        },
+        "single": single,
+        "bulk": bulk,
+        "get": get,
     }
+    rounds = f"{s.api_rounds} rounds, each side's turn rotating, every turn from emptied tables"
     out["notes"] = [
-        f"API: one `agentqueue api` process ({s.api_workers} uvicorn worker(s)) with "
-        "[api] requests_per_minute = 0; load from a separate client process (raw keep-alive "
-        "HTTP/1.1 on uvloop). Single: "
-        f"{s.api_clients} connections, POST /v1/tasks, N={s.api_one:,} after {s.api_warm} "
-        f"untimed; against AsyncQueue.submit in a loop in one process, same N. Bulk: POST "
-        f"/v1/tasks/bulk, {s.api_batch:,} per request, one at a time, N={s.api_bulk:,}; against "
-        f"submit_many with {s.api_batch:,} per call, same N. Reads: GET /v1/tasks/{{id}} of "
-        f"{s.api_get_tasks:,} preloaded tasks (analyzed) at {s.api_get_rate:g}/s for "
-        f"{s.api_get_secs:g} s, open-loop, timed from each scheduled send. Every measurement "
-        "starts from emptied tables. CPU as % of one core; machine busy as % of all cores."
+        "API: `agentqueue api` with [api] requests_per_minute = 0, load from a separate client "
+        "process (raw keep-alive HTTP/1.1 on uvloop); the Python API in a process of its own. "
+        f"Single: {s.api_clients} connections sending POST /v1/tasks, N={s.api_one:,} (and "
+        f"{s.api_warm} untimed first), against AsyncQueue.submit in a loop, same N; {rounds}. "
+        f"Bulk: POST /v1/tasks/bulk, {s.api_batch:,} per request, one at a time, "
+        f"N={s.api_bulk:,}, against submit_many with {s.api_batch:,} per call, same N; "
+        f"{rounds}. Reads: GET /v1/tasks/{{id}} of {s.api_get_tasks:,} preloaded tasks "
+        f"(analyzed) at {s.api_get_rate:g}/s for {s.api_get_secs:g} s, open-loop, timed from "
+        "each scheduled send. CPU as % of one core (the server: all its processes); machine "
+        "busy as % of all cores, whoever used them."
     ]
     return out
 
 
+async def _singles(
+    ctx: BenchContext, url: str, servers: Mapping[int, tuple[Child, int]]
+) -> dict[str, Any]:
+    s = ctx.sizes
+    python = Sum()
+    api = {workers: Sum() for workers in servers}
+    sides: list[int | None] = [None, *servers]  # None: the Python API
+    for turn, n in enumerate(_split(s.api_one, s.api_rounds)):
+        for side in _rotated(sides, turn):
+            if side is None:
+                done = await python_api(ctx, url, n, 0, 1, s.api_warm)
+                python.add_python(float(done["one_secs"]), float(done["one_cpu_secs"]), n)
+                continue
+            child, port = servers[side]
+            token = await emptied(url)
+            result = await load(
+                ctx, child, port, token, "submit", clients=s.api_clients, n=n, warm=s.api_warm
+            )
+            api[side].add_load(result, n)
+    first = api[s.api_workers[0]].figures()
+    py = python.figures()
+    return {
+        "n": s.api_one,
+        "clients": s.api_clients,
+        "rounds": s.api_rounds,
+        "python": py,
+        "api": {str(workers): total.figures() for workers, total in api.items()},
+        "api_per_s": first["per_s"],
+        "python_per_s": py["per_s"],
+        "ratio": ratio(first["per_s"], py["per_s"]),
+        "statuses": first["statuses"],
+        "server_cpu_ms_per_request": first["server_cpu_ms_per_request"],
+        "server_cpu_percent": first["cpu_percent"],
+        "client_cpu_percent": first["client_cpu_percent"],
+        "machine_busy_percent": first["machine_busy_percent"],
+    }
+
+
+async def _bulk(ctx: BenchContext, url: str, server: Child, port: int) -> dict[str, Any]:
+    s = ctx.sizes
+    python, api = Sum(), Sum()
+    requests = 0
+    for turn, n in enumerate(_split(s.api_bulk, s.api_rounds)):
+        for side in _rotated(["python", "api"], turn):
+            if side == "python":
+                done = await python_api(ctx, url, 0, n, s.api_batch, s.api_warm)
+                python.add_python(float(done["bulk_secs"]), float(done["bulk_cpu_secs"]), n)
+                continue
+            token = await emptied(url)
+            result = await load(
+                ctx, server, port, token, "bulk", batch=s.api_batch, n=n, warm=s.api_warm
+            )
+            api.add_load(result, n)
+            requests += int(result["requests"])
+    py, figures = python.figures(), api.figures(requests)
+    return {
+        "n": s.api_bulk,
+        "batch": s.api_batch,
+        "rounds": s.api_rounds,
+        "requests": requests,
+        "python": py,
+        "api": figures,
+        "api_per_s": figures["per_s"],
+        "python_per_s": py["per_s"],
+        "ratio": ratio(figures["per_s"], py["per_s"]),
+        "statuses": figures["statuses"],
+        "server_cpu_ms_per_request": figures["server_cpu_ms_per_request"],
+        "server_cpu_percent": figures["cpu_percent"],
+        "client_cpu_percent": figures["client_cpu_percent"],
+        "machine_busy_percent": figures["machine_busy_percent"],
+    }
+
+
+async def _reads(ctx: BenchContext, url: str, server: Child, port: int) -> dict[str, Any]:
+    s = ctx.sizes
+    token = await emptied(url)
+    ids = await preload_ids(url, s.api_get_tasks, s.api_batch)
+    await analyze(url)
+    ids_file = ctx.work_dir / "api-ids.json"
+    ids_file.write_text(json.dumps(ids))
+    gets = await load(
+        ctx, server, port, token, "get", rate=s.api_get_rate, secs=s.api_get_secs,
+        ids_file=str(ids_file), warm=s.api_warm, pool=s.api_get_pool,
+    )  # fmt: skip
+    latencies = [float(v) for v in gets.pop("latencies_ms")]
+    return {
+        "rate_per_s": s.api_get_rate,
+        "secs": s.api_get_secs,
+        "tasks": s.api_get_tasks,
+        "n": gets["n"],
+        "measured": len(latencies),
+        "achieved_rate_per_s": rate(int(gets["n"]), float(gets["secs"])),
+        "connections": gets["connections"],
+        "p50_ms": percentile(latencies, 50),
+        "p90_ms": percentile(latencies, 90),
+        "p99_ms": percentile(latencies, 99),
+        "max_ms": max(latencies) if latencies else None,
+        "send_late_ms_p99": gets["send_late_ms_p99"],
+        "statuses": gets["statuses"],
+        "server_cpu_ms_per_request": 1000 * float(gets["server_cpu_secs"]) / int(gets["n"]),
+        "server_cpu_percent": gets["server_cpu_percent"],
+        "client_cpu_percent": gets["client_cpu_percent"],
+        "machine_busy_percent": gets["machine_busy_percent"],
+    }
+
+
+def _cpu_text(data: Mapping[str, Any]) -> str:
+    return (
+        f"server CPU {fmt_value(data['server_cpu_ms_per_request'], ' ms')}/request "
+        f"({fmt_value(data['server_cpu_percent'], '%')} of a core), client "
+        f"{fmt_value(data['client_cpu_percent'], '%')}, machine "
+        f"{fmt_value(data['machine_busy_percent'], '%')} busy"
+    )
+
+
 def rows(result: dict[str, Any]) -> list[Row]:
-    """Single submits (target 1,500/s), bulk against submit_many (target 80%), GET p99
-    (target under 10 ms), with the client's and the server's CPU beside them."""
+    """Single submits (target 1,500/s with one API process), bulk against submit_many (target
+    80%), GET p99 (target under 10 ms), with the server's and the client's CPU beside them."""
     one, bulk, get = result["single"], result["bulk"], result["get"]
-    return [
+    workers = [int(w) for w in one["api"]]
+    out = [
         target_row(
-            NAME, SYSTEM, f"single submits, {one['clients']} clients (N={one['n']:,})",
+            NAME, SYSTEM,
+            f"single submits, {one['clients']} clients, {_processes(workers[0])} "
+            f"(N={one['n']:,}; {_cpu_text(one)})",
             one["api_per_s"], ">=", 1500, "/s",
-        ),
+        )
+    ]  # fmt: skip
+    for extra in workers[1:]:
+        data = one["api"][str(extra)]
+        out.append(
+            Row(
+                NAME,
+                SYSTEM,
+                f"single submits, {one['clients']} clients, {_processes(extra)}: "
+                f"{fmt_rate(data['per_s'])} (N={one['n']:,}; server CPU "
+                f"{fmt_value(data['server_cpu_ms_per_request'], ' ms')}/request)",
+                data["per_s"],
+            )
+        )
+    out += [
         Row(
             NAME,
             PYTHON,
-            f"AsyncQueue.submit one at a time: {fmt_rate(one['python_per_s'])} (N={one['n']:,});"
-            f" API/Python {fmt_value(one['ratio'], 'x')}; during the API run: server CPU "
-            f"{fmt_value(one['server_cpu_percent'], '%')}, client CPU "
-            f"{fmt_value(one['client_cpu_percent'], '%')} of a core, machine "
-            f"{fmt_value(one['machine_busy_percent'], '%')} busy",
+            f"AsyncQueue.submit one at a time: {fmt_rate(one['python_per_s'])} "
+            f"(N={one['n']:,}); API ({_processes(workers[0])}) / Python: "
+            f"{fmt_value(one['ratio'], 'x')}",
             one["python_per_s"],
         ),
         target_row(
             NAME, SYSTEM,
-            f"bulk {bulk['batch']:,}/request: {fmt_rate(bulk['api_per_s'])} against "
-            f"submit_many {fmt_rate(bulk['python_per_s'])} (N={bulk['n']:,}); API/Python",
+            f"bulk, {bulk['batch']:,}/request: {fmt_rate(bulk['api_per_s'])} against "
+            f"submit_many's {fmt_rate(bulk['python_per_s'])} (N={bulk['n']:,}; "
+            f"{_cpu_text(bulk)}); API/Python",
             bulk["ratio"], ">=", 0.8, "x",
         ),
         target_row(
             NAME, SYSTEM,
-            f"GET /v1/tasks/{{id}} at {get['rate_per_s']:g}/s open-loop, p50 "
-            f"{fmt_ms(get['p50_ms'])}; p99",
+            f"GET /v1/tasks/{{id}} at {get['rate_per_s']:g}/s for {get['secs']:g} s, "
+            f"open-loop (p50 {fmt_ms(get['p50_ms'])}; {_cpu_text(get)}); p99",
             get["p99_ms"], "<", 10, " ms",
         ),
     ]  # fmt: skip
+    return out
+
+
+def _processes(workers: int) -> str:
+    return "1 API process" if workers == 1 else f"{workers} API processes"

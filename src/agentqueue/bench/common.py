@@ -55,8 +55,10 @@ class Sizes:
     api_get_tasks: int = 10_000
     api_get_pool: int = 8
     """Connections the open-loop reader opens first (more when none is idle)."""
-    api_workers: int = 1
-    """Processes of the API server."""
+    api_rounds: int = 4
+    """Turns each side of a submit comparison takes (N split between them)."""
+    api_workers: tuple[int, ...] = (1, 2)
+    """Processes of each API server (the first also serves the bulk and read measurements)."""
 
     @classmethod
     def for_run(cls, n: int | None, smoke: bool) -> Sizes:
@@ -79,6 +81,7 @@ class Sizes:
                 api_bulk=n,
                 api_batch=100,
                 api_warm=16,
+                api_rounds=2,
                 api_get_secs=1.5,
                 api_get_tasks=200,
             )
