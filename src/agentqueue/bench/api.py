@@ -199,9 +199,18 @@ class Sum:
     busy_secs: float = 0.0
     """Machine busy share times window length, so the rounds' shares average by time."""
     statuses: Counter[str] = field(default_factory=Counter)
+    turns: list[dict[str, float]] = field(default_factory=list)
+    """Each turn's rate and the machine's busy share then (how much the neighbours moved)."""
 
     def add_load(self, result: Mapping[str, Any], n: int) -> None:
         """Add one round of an HTTP load."""
+        self.turns.append(
+            {
+                "per_s": rate(n, float(result["secs"])),
+                "server_cpu_percent": float(result["server_cpu_percent"]),
+                "machine_busy_percent": float(result["machine_busy_percent"] or 0),
+            }
+        )
         self.n += n
         self.secs += float(result["secs"])
         self.cpu_secs += float(result["server_cpu_secs"])
@@ -212,6 +221,7 @@ class Sum:
 
     def add_python(self, secs: float, cpu_secs: float, n: int) -> None:
         """Add one round of the Python API."""
+        self.turns.append({"per_s": rate(n, secs)})
         self.n += n
         self.secs += secs
         self.cpu_secs += cpu_secs
@@ -225,6 +235,7 @@ class Sum:
             "secs": self.secs,
             "per_s": rate(self.n, self.secs),
             "cpu_percent": 100 * self.cpu_secs / window if window > 0 else None,
+            "turns": self.turns,
         }
         if self.statuses:
             out["statuses"] = dict(sorted(self.statuses.items()))
