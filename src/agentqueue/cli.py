@@ -865,7 +865,7 @@ def serve(
 @click.pass_context
 def api_cmd(ctx: click.Context, host: str | None, port: int | None, workers: int) -> None:
     """Run the HTTP API alone (several API processes may share one PostgreSQL)."""
-    from .api.server import api_loop_factory, api_server
+    from .api.server import api_loop_factory, api_server, freeze_startup_heap
 
     _log_to_stderr()
     address = _api_address(ctx, host, port)
@@ -878,6 +878,7 @@ def api_cmd(ctx: click.Context, host: str | None, port: int | None, workers: int
         server = api_server(queue, *address)
         serving = asyncio.create_task(server.serve(), name="agentqueue-api")
         await _api_started(server, serving, address)
+        freeze_startup_heap()
         await serving
 
     run(ctx, go, one_shot=False, loop_factory=api_loop_factory())

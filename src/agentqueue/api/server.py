@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 from collections.abc import Callable, Iterator
@@ -62,6 +63,16 @@ def api_server(
     return uvicorn.Server(config) if own_signals else _Server(config)
 
 
+def freeze_startup_heap() -> None:
+    """Put every object alive now out of the cyclic collector's reach (``gc.freeze``), in a
+    process that only serves the API: the app, its routes and schemas, settings and modules
+    live as long as the process, and every collection of the oldest generation walked them
+    again (about 5% of the CPU of a 1,000-task bulk submit, by profile). Objects that die later
+    are still freed by reference counting; a cycle among them is left to the end."""
+    gc.collect()
+    gc.freeze()
+
+
 def app_from_env() -> FastAPI:
     """The app of one process of ``agentqueue api --workers N`` (uvicorn's factory): its queue
     is made from the environment that command sets for its processes (``AGENTQUEUE_DB``,
@@ -72,7 +83,9 @@ def app_from_env() -> FastAPI:
         config=os.environ.get("AGENTQUEUE_CONFIG") or None,
         actor=os.environ.get("AGENTQUEUE_ACTOR") or "api",
     )
-    return create_app(queue, own_queue=True)
+    app = create_app(queue, own_queue=True)
+    freeze_startup_heap()
+    return app
 
 
 def worker_logging() -> dict[str, Any]:
