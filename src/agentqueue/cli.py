@@ -136,6 +136,7 @@ def run_db(
     tenant: str | None = None,
     db: str | None = None,
     one_shot: bool = True,
+    loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None,
 ) -> T:
     """Open the queue on the database named by the global options, run ``action``, close, map
     errors.
@@ -144,7 +145,7 @@ def run_db(
     process holds a SQLite file's write lock past the busy timeout, nothing was written (the
     lock is taken at BEGIN), so the action is run again, after a notice, until the lock is gone
     or ``--lock-wait`` has passed. Long-running commands (worker, serve, scheduler) wait as
-    their own loops decide.
+    their own loops decide. ``loop_factory`` makes the event loop (default: asyncio's).
     """
     opts = ctx.find_root().obj
 
@@ -175,7 +176,8 @@ def run_db(
     try:
         while True:
             try:
-                return asyncio.run(go())
+                with asyncio.Runner(loop_factory=loop_factory) as runner:
+                    return runner.run(go())
             except StoreUnavailable as exc:
                 if not (one_shot and isinstance(exc, StoreLocked)):
                     raise
@@ -989,15 +991,26 @@ def serve(
 
 @main.command("api")
 @_api_options
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 64),
+    default=1,
+    show_default=True,
+    help="API processes sharing the port; each has its own connections, token cache and "
+    "per-token rate limits.",
+)
 @click.pass_context
-def api_cmd(ctx: click.Context, host: str | None, port: int | None) -> None:
+def api_cmd(ctx: click.Context, host: str | None, port: int | None, workers: int) -> None:
     """Run the HTTP API alone (several API processes may share one PostgreSQL)."""
     import signal
 
-    from .api.server import api_server, listen
+    from .api.server import api_loop_factory, api_server, freeze_startup_heap, listen
 
     _log_to_stderr()
     address = _api_address(ctx, host, port)
+    if workers > 1:
+        _api_workers(ctx, address, workers)
+        return
 
     async def go(queue: AsyncQueue) -> None:
         sock = listen(*address)
@@ -1008,9 +1021,36 @@ def api_cmd(ctx: click.Context, host: str | None, port: int | None) -> None:
             loop.add_signal_handler(sig, lambda: setattr(server, "should_exit", True))
         serving = asyncio.create_task(server.serve([sock]), name="agentqueue-api")
         await _api_started(server, serving, sock, address[0])
+        freeze_startup_heap()
         await serving
 
-    run_db(ctx, go, one_shot=False)
+    run_db(ctx, go, one_shot=False, loop_factory=api_loop_factory())
+
+
+def _api_workers(ctx: click.Context, address: tuple[str, int], workers: int) -> None:
+    """``agentqueue api --workers N``: migrate (waiting for the database as a lone API
+    process would), then serve from N processes that make their queue from the environment."""
+    from .api.server import serve_workers
+
+    async def migrated(queue: AsyncQueue) -> None:
+        await until_reachable(queue.open, log_for("agentqueue.api"), "opening the database")
+
+    run_db(ctx, migrated, one_shot=False)
+    opts = ctx.find_root().obj
+    for name, value in (
+        ("AGENTQUEUE_DB", opts["db"]),
+        ("AGENTQUEUE_CONFIG", opts["config"]),
+        ("AGENTQUEUE_ACTOR", opts["actor"]),
+    ):
+        if value is not None:
+            os.environ[name] = str(value)
+
+    def listening(port: int) -> None:
+        click.echo(
+            f"API listening on http://{address[0]}:{port}/v1 ({workers} processes)", err=True
+        )
+
+    serve_workers(*address, workers, listening=listening)
 
 
 def log_for(name: str) -> Any:

@@ -6,6 +6,7 @@ database of its own. No speed is asserted: the figures only have to be there.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import os
@@ -102,3 +103,73 @@ def test_admission_check_tells_the_scheduler_from_admit_at_submit() -> None:
     assert by_scheduler({**trail, "admit_after_submit_ms": 3.5})
     assert not by_scheduler({**trail, "admit_actor": "bench", "admit_after_submit_ms": 3.5})
     assert not by_scheduler({"task_id": None})
+
+
+def test_api_smoke_run_reports_all_three_figures(bench_db: str, tmp_path: Path) -> None:
+    out = tmp_path / "results"
+    done = subprocess.run(
+        [sys.executable, "-m", "agentqueue.cli", "bench", "api", "--smoke", "--pg", bench_db,
+         "--out", str(out), "--no-progress"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr[-4000:]}"
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["errors"] == []
+    api = doc["results"]["api"]
+    single, bulk, get = api["single"], api["bulk"], api["get"]
+    assert set(single["api"]) == {"1", "2"}  # one server of 1 process, one of 2
+    for figures in single["api"].values():
+        assert figures["statuses"] == {"201": single["n"]} and figures["n"] == single["n"]
+    assert single["python"]["n"] == single["n"] and bulk["python"]["n"] == bulk["n"]
+    assert bulk["statuses"] == {"200": bulk["requests"]} and bulk["api"]["n"] == bulk["n"]
+    assert get["statuses"] == {"200": get["n"]} and get["measured"] == get["n"]
+    for figure in (
+        single["api_per_s"], single["python_per_s"], single["ratio"], single["server_cpu_percent"],
+        single["client_cpu_percent"], single["server_cpu_ms_per_request"],
+        single["api"]["2"]["per_s"], bulk["api_per_s"], bulk["python_per_s"], bulk["ratio"],
+        get["p50_ms"], get["p99_ms"], get["server_cpu_ms_per_request"],
+    ):  # fmt: skip
+        assert is_number(figure) and figure >= 0
+    assert get["p50_ms"] <= get["p99_ms"]
+    targets = [t for t in doc["targets"] if t["benchmark"] == "api"]
+    assert len(targets) == 3 and all(t["met"] in (True, False) for t in targets)
+
+
+def test_rounds_split_every_task() -> None:
+    from agentqueue.bench.api import _rotated, _split
+
+    assert _split(10_000, 4) == [2500] * 4
+    assert _split(10, 4) == [2, 2, 3, 3] and _split(3, 4) == [1, 1, 1]
+    assert _rotated([None, 1, 2], 1) == [1, 2, None]
+
+
+def test_http_client_reads_answers_split_and_joined() -> None:
+    from agentqueue.bench.httpload import Connection
+
+    async def go() -> list[tuple[int, bytes]]:
+        conn = Connection()
+        sent: list[bytes] = []
+
+        class Transport:
+            def write(self, data: bytes) -> None:
+                sent.append(data)
+
+        conn.connection_made(Transport())  # type: ignore[arg-type]
+        first = asyncio.ensure_future(conn.send(b"GET /a HTTP/1.1\r\n\r\n"))
+        await asyncio.sleep(0)
+        conn.data_received(b"HTTP/1.1 201 Created\r\ncontent-le")
+        conn.data_received(b'ngth: 7\r\ncontent-type: application/json\r\n\r\n{"a":1')
+        assert not first.done()
+        conn.data_received(b"}")
+        answers = [await first]
+        second = asyncio.ensure_future(conn.send(b"GET /b HTTP/1.1\r\n\r\n"))
+        await asyncio.sleep(0)
+        conn.data_received(b"HTTP/1.1 404 Not Found\r\nContent-Length: 2\r\n\r\n{}")
+        answers.append(await second)
+        assert sent == [b"GET /a HTTP/1.1\r\n\r\n", b"GET /b HTTP/1.1\r\n\r\n"]
+        return answers
+
+    assert asyncio.run(go()) == [(201, b'{"a":1}'), (404, b"{}")]

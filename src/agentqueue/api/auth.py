@@ -148,8 +148,10 @@ def route_policy(route: APIRoute) -> Policy | None:
     return Policy.from_json(found) if isinstance(found, dict) else None
 
 
-def principal(request: Request) -> Principal:
-    """The caller the route's policy let in (a dependency for handlers)."""
+async def principal(request: Request) -> Principal:
+    """The caller the route's policy let in (a dependency for handlers). A coroutine, so
+    FastAPI calls it in the event loop: a plain function would be sent to a worker thread and
+    back on every request."""
     who: Principal | None = getattr(request.state, "principal", None)
     assert who is not None, "route declared no policy"
     return who

@@ -3,9 +3,10 @@
 Single submits that arrive while an earlier batch is being written are gathered and written
 together in one ``submit_many`` (a group commit): under many concurrent clients that is one
 transaction for many tasks instead of one each, and a lone client waits for nothing. Every
-item is checked on its own first, so a bad item is answered alone with its own field names and
-never fails its neighbours; a batch the store refuses as a whole (a dependency that does not
-exist, say) is written again one item at a time so each caller gets its own answer.
+item is checked on its own first (and only then: the batch is written with ``submit_parsed``),
+so a bad item is answered alone with its own field names and never fails its neighbours; a
+batch the store refuses as a whole (a dependency that does not exist, say) is written again one
+item at a time so each caller gets its own answer.
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ class Submitter:
         if batch:
             try:
                 # Each spec's tenant was checked against its caller's token on the way in.
-                results = await submit_service.submit_many(self.rt, [w.spec for w in batch])
+                results = await submit_service.submit_parsed(self.rt, [w.spec for w in batch])
             except AgentQueueError:
                 pass  # some item spoils the batch: each is written alone, for its own answer
             except BaseException as exc:
@@ -107,7 +108,7 @@ class Submitter:
         for w in alone + batch:
             try:
                 result = (
-                    await submit_service.submit_many(
+                    await submit_service.submit_parsed(
                         self.rt, [w.spec], tenant=w.tenant, single=True
                     )
                 )[0]

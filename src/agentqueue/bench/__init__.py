@@ -11,7 +11,9 @@ table, a JSON file with every figure and a chart of the drain comparison. The mo
   task), against the same figures with them off;
 - ``backlog``: claim latency with 1k, 100k and 1M tasks queued;
 - ``scaling``: 1, 2 and 4 worker processes on one PostgreSQL queue;
-- ``cost``: CPU and peak RSS of an idle and of a busy worker.
+- ``cost``: CPU and peak RSS of an idle and of a busy worker;
+- ``api``: the HTTP API (a server process, a load process) against the Python API: single
+  submits from 16 connections, bulk submits, and GET latency at a steady rate.
 
 This package is imported only by the ``bench`` command; nothing else in agentqueue depends on it.
 """
@@ -26,6 +28,7 @@ BENCHMARKS: tuple[str, ...] = (
     "backlog",
     "scaling",
     "cost",
+    "api",
 )
 """Every benchmark, in the order of the report."""
 

@@ -8,8 +8,11 @@ Roles (ARGS is a JSON object):
 - ``serve`` ``{url, concurrency, task_type, sleep_secs, wait_go, settings}``: a worker that runs
   until SIGTERM; with ``wait_go`` it opens its connections, says ready, and starts on a ``go``
   line.
-- ``enqueue`` ``{url, one, bulk, task_type}``: submit ``one`` tasks one at a time, then ``bulk``
-  with submit_many.
+- ``enqueue`` ``{url, one, bulk, batch, warm, task_type}``: submit ``warm`` tasks untimed,
+  then ``one`` one at a time, then ``bulk`` with submit_many, ``batch`` per call (default: one
+  call).
+- ``http`` ``{host, port, token, mode, ...}``: one load against an API server (``httpload``),
+  on uvloop's event loop.
 
 ``settings`` (optional) is laid over the role's settings, nested as in the configuration file
 (``{"admission": {"max_active": 1000}}``); ``drain``'s result and ``serve``'s ready message say
@@ -193,24 +196,46 @@ async def serve(args: dict[str, Any]) -> None:
 
 
 async def enqueue(args: dict[str, Any]) -> None:
-    """Submit one at a time, then in bulk; report both rates."""
+    """Submit ``warm`` tasks untimed, then ``one`` one at a time, then ``bulk`` with
+    submit_many (``batch`` per call; default all in one call); report both rates and the CPU
+    this process used for each."""
     task_type = args.get("task_type", NOOP)
     one, bulk = int(args["one"]), int(args["bulk"])
+    batch = int(args.get("batch") or bulk or 1)
     queue = AsyncQueue(args["url"], actor="bench")
     await queue.open()
-    started = time.perf_counter()
+    for _ in range(int(args.get("warm", 0))):
+        await queue.submit(title="bench", task_type=task_type)
+    cpu0, started = cpu_now(), time.perf_counter()
     for _ in range(one):
         await queue.submit(title="bench", task_type=task_type)
-    one_secs = time.perf_counter() - started
+    one_secs, one_cpu = time.perf_counter() - started, cpu_now() - cpu0
     items = specs(bulk, task_type)
-    started = time.perf_counter()
-    await queue.submit_many(items)
-    bulk_secs = time.perf_counter() - started
+    cpu0, started = cpu_now(), time.perf_counter()
+    for start in range(0, bulk, batch):
+        await queue.submit_many(items[start : start + batch])
+    bulk_secs, bulk_cpu = time.perf_counter() - started, cpu_now() - cpu0
     await queue.close()
-    emit("result", one=one, one_secs=one_secs, bulk=bulk, bulk_secs=bulk_secs)
+    emit(
+        "result",
+        one=one,
+        one_secs=one_secs,
+        one_cpu_secs=one_cpu,
+        bulk=bulk,
+        batch=batch,
+        bulk_secs=bulk_secs,
+        bulk_cpu_secs=bulk_cpu,
+    )
 
 
-ROLES = {"drain": drain, "serve": serve, "enqueue": enqueue}
+async def http(args: dict[str, Any]) -> None:
+    """One load against an API server in another process (see ``httpload``)."""
+    from .httpload import run as run_load
+
+    emit("result", **(await run_load(args)))
+
+
+ROLES = {"drain": drain, "serve": serve, "enqueue": enqueue, "http": http}
 
 
 def main(argv: list[str]) -> int:
@@ -220,7 +245,13 @@ def main(argv: list[str]) -> int:
             f"usage: python -m agentqueue.bench.child {{{','.join(ROLES)}}} JSON", file=sys.stderr
         )
         return 2
-    asyncio.run(ROLES[argv[0]](json.loads(argv[1])))
+    factory = None
+    if argv[0] == "http":  # the load generator should cost as little CPU as it can
+        from .httpload import new_loop
+
+        factory = new_loop
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(ROLES[argv[0]](json.loads(argv[1])))
     return 0
 
 

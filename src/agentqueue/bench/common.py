@@ -43,6 +43,22 @@ class Sizes:
     busy_n: int = 20_000
     settle_secs: float = 1.0
     """How long a started worker is left alone before it counts as idle."""
+    api_one: int = 10_000
+    """Single submits through the API (and through AsyncQueue.submit)."""
+    api_bulk: int = 20_000
+    api_batch: int = 1_000
+    api_clients: int = 16
+    api_warm: int = 200
+    """Untimed requests (or submits) before each timed one."""
+    api_get_rate: float = 200.0
+    api_get_secs: float = 15.0
+    api_get_tasks: int = 10_000
+    api_get_pool: int = 8
+    """Connections the open-loop reader opens first (more when none is idle)."""
+    api_rounds: int = 4
+    """Turns each side of a submit comparison takes (N split between them)."""
+    api_workers: tuple[int, ...] = (1, 2)
+    """Processes of each API server (the first also serves the bulk and read measurements)."""
 
     @classmethod
     def for_run(cls, n: int | None, smoke: bool) -> Sizes:
@@ -61,9 +77,16 @@ class Sizes:
                 idle_secs=2.0,
                 busy_n=n,
                 settle_secs=0.3,
+                api_one=200,
+                api_bulk=n,
+                api_batch=100,
+                api_warm=16,
+                api_rounds=2,
+                api_get_secs=1.5,
+                api_get_tasks=200,
             )
         n = n or cls.drain_n
-        return cls(drain_n=n, enqueue_bulk=n, scaling_n=min(n, cls.scaling_n), busy_n=n)
+        return cls(drain_n=n, enqueue_bulk=n, scaling_n=min(n, cls.scaling_n), busy_n=n, api_bulk=n)
 
 
 @dataclass(frozen=True)

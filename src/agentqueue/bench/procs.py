@@ -173,6 +173,27 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def tree_pids(pid: int) -> list[int]:
+    """``pid`` and every process descended from it (parents read from /proc/<pid>/stat), for
+    a server that runs in several processes."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
+        parents.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        out.append(current)
+        todo += parents.get(current, [])
+    return out
+
+
 def status_kib(pid: int, key: str) -> int | None:
     """A ``kB`` figure of /proc/<pid>/status (``VmHWM``, ``VmRSS``)."""
     try:

@@ -18,7 +18,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from ..store.admin import ensure_database, scalar, server_version
-from . import BENCHMARKS, admission, backlog, cost, drain, enqueue, latency, scaling
+from . import BENCHMARKS, admission, api, backlog, cost, drain, enqueue, latency, scaling
 from .common import BenchContext, Progress, Row, Sizes
 from .facts import machine
 from .peers import check_peers, find_root, peer_versions
@@ -33,8 +33,9 @@ MODULES: dict[str, ModuleType] = {
     "backlog": backlog,
     "scaling": scaling,
     "cost": cost,
+    "api": api,
 }
-RUN_ORDER = ("drain", "enqueue", "latency", "admission", "scaling", "cost", "backlog")
+RUN_ORDER = ("drain", "enqueue", "latency", "admission", "scaling", "cost", "api", "backlog")
 
 
 @dataclass

@@ -112,6 +112,15 @@ async def submit_many(
         defaults=merged,
         single=single,
     )
+    return await submit_parsed(rt, specs, tenant=tenant, single=single)
+
+
+async def submit_parsed(
+    rt: Runtime, specs: Sequence[TaskSpec], *, tenant: str | None = None, single: bool = False
+) -> list[SubmitResult]:
+    """:func:`submit_many` for specs ``parse_specs`` already made under ``rt``'s settings,
+    every default applied (the API's gathered single submits): they are not validated again.
+    Pipelines, the tenant scope and dependencies are checked here as there."""
     specs, kinds = _through_pipelines(rt, specs, single)
     await _check_scope_and_dependencies(rt, specs, tenant, single)
     results: list[SubmitResult | None] = [None] * len(specs)
@@ -170,7 +179,10 @@ async def _check_scope_and_dependencies(
             batch.setdefault(spec.id, index)
     given = [spec.id for spec in specs if spec.id is not None]
     wanted = {dep for spec in specs for dep in spec.depends_on if dep not in batch}
-    stored = {t.id: t.tenant for t in await rt.store.get_tasks(sorted({*given, *wanted}, key=str))}
+    looked_up = sorted({*given, *wanted}, key=str)
+    # Most submits name no ids and no dependencies: then there is nothing to read.
+    found = await rt.store.get_tasks(looked_up) if looked_up else []
+    stored = {t.id: t.tenant for t in found}
     for index, spec in enumerate(specs):
         if spec.id is not None and stored.get(spec.id, spec.tenant) != spec.tenant:
             problems.append(FieldProblem(name(index, "id"), "is taken by another task"))
