@@ -13,6 +13,20 @@ class BodyTooLarge(Exception):
     """A request body went past the limit while it was being read."""
 
 
+class _Tracked:
+    """A ``send`` that remembers whether the answer has begun (after which no other answer
+    can be given)."""
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+        self.started = False
+
+    async def __call__(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.started = True
+        await self._send(message)
+
+
 class BodyLimit:
     """Refuse a body over ``max_bytes`` with 413: at once when Content-Length says so, else as
     soon as the bytes read pass it (a chunked body is never read whole first)."""
@@ -37,7 +51,7 @@ class BodyLimit:
                     await self._refuse(scope, receive, send)
                     return
         seen = 0
-        started = False
+        tracked = _Tracked(send)
 
         async def counted() -> Message:
             nonlocal seen
@@ -48,16 +62,10 @@ class BodyLimit:
                     raise BodyTooLarge
             return message
 
-        async def tracked(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
         try:
             await self.app(scope, counted, tracked)
         except BodyTooLarge:
-            if not started:
+            if not tracked.started:
                 await self._refuse(scope, receive, send)
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -79,20 +87,13 @@ class LastResort:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        started = False
-
-        async def tracked(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
+        tracked = _Tracked(send)
         try:
             await self.app(scope, receive, tracked)
         except BodyTooLarge:
             raise
         except Exception as exc:
-            if started:
+            if tracked.started:
                 raise
             where: Any = f"{scope.get('method')} {scope.get('path')}"
             await internal_error(exc, where)(scope, receive, send)
