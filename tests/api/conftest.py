@@ -1,9 +1,9 @@
-"""Fixtures of the HTTP API tests: ``server`` (see http_server) and ``api_server`` (see
-server_fixture), each a real ``agentqueue api`` process per database kind."""
+"""Fixtures of the HTTP API tests (see http_server): ``server`` and ``client_server``, each a
+real ``agentqueue api`` process per database kind with its own settings, and ``driver``, a
+queue on ``client_server``'s database that plays the worker."""
 
 from __future__ import annotations
 
-from http_server import server
-from server_fixture import api_server
+from http_server import client_server, driver, server
 
-__all__ = ["api_server", "server"]
+__all__ = ["client_server", "driver", "server"]

@@ -1,10 +1,17 @@
-"""A real ``agentqueue api`` server in a subprocess, for the HTTP API tests.
+"""A real ``agentqueue api`` server in a subprocess, for the HTTP API and client tests.
 
 Each server gets a fresh database of its own (a SQLite file, or a PostgreSQL database made for
-it and dropped after), a configuration file with its ``[api]`` settings, and a log file that
-captures everything the process prints (stdout and stderr), so tests can read what it logged.
-The port is chosen by the operating system (``--port 0``) and read from the server's own
-"API listening on ..." line.
+it and dropped after) unless it is given one, a configuration file with its ``[api]`` settings,
+and a log file that captures everything the process prints (stdout and stderr), so tests can
+read what it logged. The port is chosen by the operating system (``--port 0``) and read from the
+server's own "API listening on ..." line. Each comes with an admin token named ``admin``, made
+with the CLI as an operator would make the first one.
+
+Two module-scoped fixtures, once per database kind, start their server the same way with
+different settings: ``server`` (no rate limit, tokens trusted for 1 s: the HTTP API tests) and
+``client_server`` (the default limits, a small body limit, a guardrail on "drop table" and one
+agent: the tests of Client, AsyncClient and ``agentqueue --api``). ``driver`` is a queue on
+``client_server``'s database that plays the worker.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -160,10 +167,12 @@ class ApiServer:
 
     # --- the same database from this process ------------------------------------------------
 
-    def queue(self, clock: ManualClock | SystemClock | None = None) -> AsyncQueue:
+    def queue(
+        self, clock: ManualClock | SystemClock | None = None, actor: str = "test"
+    ) -> AsyncQueue:
         """An AsyncQueue on the server's database with the server's configuration (not yet
         opened)."""
-        return AsyncQueue(self.db_url, config=self.config_path, clock=clock, actor="test")
+        return AsyncQueue(self.db_url, config=self.config_path, clock=clock, actor=actor)
 
     async def token(
         self,
@@ -183,6 +192,17 @@ class ApiServer:
         self.secrets.append(made.secret)
         return made.secret
 
+    def api_token(self, role: str, tenant: str | None = None, name: str | None = None) -> str:
+        """The secret of a new token of ``role`` (and ``tenant``), made by the admin through
+        the API (``POST /v1/tokens``)."""
+        name = name or f"{role}-{uuid.uuid4().hex[:8]}"
+        with self.client(self.admin_secret) as http:
+            answer = http.post("/v1/tokens", json={"name": name, "role": role, "tenant": tenant})
+        assert answer.status_code == 201, answer.text
+        secret = str(answer.json()["secret"])
+        self.secrets.append(secret)
+        return secret
+
     async def expired_token(self, name: str, role: str = "admin") -> str:
         """A token that expired an hour ago (made two hours ago to last one)."""
         past = SystemClock().now() - timedelta(hours=2)
@@ -199,18 +219,29 @@ class ApiServer:
         return httpx.AsyncClient(base_url=self.url, headers=headers, timeout=60, **options)
 
 
-def _env() -> dict[str, str]:
+def clean_env(**extra: str) -> dict[str, str]:
+    """The environment without any agentqueue setting of the caller's, plus ``extra``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTQUEUE_")}
-    env["AGENTQUEUE_LOG_LEVEL"] = "DEBUG"  # the most a server may ever say, for the leak checks
-    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra)
     return env
 
 
+def _env() -> dict[str, str]:
+    # DEBUG: the most a server may ever say, for the leak checks
+    return clean_env(AGENTQUEUE_LOG_LEVEL="DEBUG", PYTHONUNBUFFERED="1")
+
+
 def start_server(
-    kind: str, db_url: str, directory: Path, api: Mapping[str, Any], extra_config: str = ""
+    kind: str,
+    db_url: str,
+    directory: Path,
+    api: Mapping[str, Any],
+    extra_config: str = "",
+    env: Mapping[str, str] | None = None,
 ) -> ApiServer:
     """Start ``agentqueue api`` on a free port over ``db_url`` with ``[api]`` settings ``api``
-    and wait until it listens; its admin token is made with the CLI."""
+    (and ``extra_config``, and the environment variables ``env``) and wait until it listens;
+    its admin token is made with the CLI."""
     directory.mkdir(parents=True, exist_ok=True)
     config_path = directory / "agentqueue.toml"
     config_path.write_text(toml_config(api, extra_config))
@@ -221,7 +252,7 @@ def start_server(
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env=_env(),
+            env=_env() | dict(env or {}),
             cwd=directory,
         )
     deadline = time.monotonic() + START_SECS
@@ -238,7 +269,7 @@ def start_server(
         time.sleep(0.05)
     server = ApiServer(kind, db_url, directory, config_path, log_path, proc, url)
     try:
-        server.admin_secret = server.cli_token("root-admin", "admin")
+        server.admin_secret = server.cli_token("admin", "admin")
     except BaseException:
         server.stop()
         raise
@@ -247,11 +278,20 @@ def start_server(
 
 @contextlib.contextmanager
 def running_server(
-    kind: str, directory: Path, api: Mapping[str, Any], extra_config: str = ""
+    kind: str,
+    directory: Path,
+    api: Mapping[str, Any],
+    extra_config: str = "",
+    *,
+    db_url: str | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> Iterator[ApiServer]:
-    """A server over a fresh database of ``kind``, stopped (and its database dropped) after."""
-    with fresh_database(kind, directory) as db_url:
-        server = start_server(kind, db_url, directory, api, extra_config)
+    """A server over a fresh database of ``kind`` (dropped after), or over ``db_url`` when
+    given (left as it is), with the environment variables ``env``; stopped after."""
+    with contextlib.ExitStack() as stack:
+        if db_url is None:
+            db_url = stack.enter_context(fresh_database(kind, directory))
+        server = start_server(kind, db_url, directory, api, extra_config, env)
         try:
             yield server
         finally:
@@ -263,21 +303,65 @@ MAIN_API_SETTINGS = {
     "token_cache_secs": 1,
 }
 
+CLIENT_API_SETTINGS = {"max_body_bytes": 65536}
+"""The client tests' server keeps the default rate limit and token cache; its small body limit
+makes 413 cheap to reach."""
 
-@pytest.fixture(
-    scope="module",
-    params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)],
-)
+CLIENT_CONFIG = """
+[[guardrails]]
+name = "deletion"
+pattern = "drop table"
+
+[agents.fixer]
+command = ["true"]
+task_types = ["agentwork"]
+max_concurrent = 2
+"""
+"""Beside the ``[api]`` settings of the client tests' server: a guardrail that holds titles
+saying "drop table" for approval, and one agent (so admission waits for a scheduler; the tests
+admit by hand through a queue on the same database)."""
+
+
+def _shared_server(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    api: Mapping[str, Any],
+    extra_config: str = "",
+) -> Iterator[ApiServer]:
+    """A server of ``request.param``'s kind shared by the tests of one module. Afterwards it
+    must still be running and have logged no traceback (whatever the tests sent it, nothing
+    went unexpectedly wrong)."""
+    kind = request.param
+    directory = tmp_path_factory.mktemp(f"api-{kind}")
+    with running_server(kind, directory, api, extra_config) as found:
+        yield found
+        assert found.alive(), f"the server stopped:\n{found.log()[-3000:]}"
+        assert "Traceback" not in found.log(), f"the server logged:\n{found.log()[-3000:]}"
+
+
+KINDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+
+
+@pytest.fixture(scope="module", params=KINDS)
 def server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ApiServer]:
     """A running ``agentqueue api`` over a fresh SQLite file and over a fresh PostgreSQL
-    database, shared by the tests of one module; no rate limit, tokens trusted for 1 s.
-    Afterwards it must still be running and have logged no traceback (whatever the tests
-    sent it, nothing went unexpectedly wrong)."""
-    kind = request.param
-    directory = tmp_path_factory.mktemp(f"api-{kind}")
-    with running_server(kind, directory, MAIN_API_SETTINGS) as found:
-        yield found
-        assert found.alive(), f"the server stopped:\n{found.log()[-3000:]}"
-        assert "Traceback" not in found.log(), f"the server logged:\n{found.log()[-3000:]}"
+    database, shared by the tests of one module; no rate limit, tokens trusted for 1 s."""
+    yield from _shared_server(request, tmp_path_factory, MAIN_API_SETTINGS)
+
+
+@pytest.fixture(scope="module", params=KINDS)
+def client_server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ApiServer]:
+    """The same, with the client tests' settings (``CLIENT_API_SETTINGS``, ``CLIENT_CONFIG``).
+    Tests share it: give tasks, names and types of your own."""
+    yield from _shared_server(request, tmp_path_factory, CLIENT_API_SETTINGS, CLIENT_CONFIG)
+
+
+@pytest.fixture
+async def driver(client_server: ApiServer) -> AsyncIterator[AsyncQueue]:
+    """A queue on ``client_server``'s database, with its configuration, to play the worker."""
+    async with client_server.queue(actor="driver") as queue:
+        yield queue

@@ -9,7 +9,7 @@ import subprocess
 from typing import Any
 
 import pytest
-from server_fixture import AGENTQUEUE, ApiServer, clean_env
+from http_server import AGENTQUEUE, ApiServer, clean_env
 
 from agentqueue.config import load_settings
 
@@ -19,10 +19,10 @@ def aq(
     **env: str,
 ) -> subprocess.CompletedProcess[str]:  # fmt: skip
     """Run ``agentqueue --api URL ARGS`` with the token in ``var``; assert it never shows."""
-    secret = server.admin_token if token is None else token
+    secret = server.admin_secret if token is None else token
     environ = clean_env(**{var: secret}, **env)
     done = subprocess.run(
-        [str(AGENTQUEUE), "--api", server.url, *args],
+        [AGENTQUEUE, "--api", server.url, *args],
         capture_output=True, text=True, timeout=120, env=environ, check=False,
     )  # fmt: skip
     assert secret not in done.stdout and secret not in done.stderr
@@ -36,86 +36,86 @@ def ok_json(server: ApiServer, *args: str, **kwargs: Any) -> Any:
     return json.loads(done.stdout)
 
 
-def test_submit_show_and_cancel_through_the_server(api_server: ApiServer) -> None:
-    made = aq(api_server, "submit", "--title", "Through the API", "--type", "cli-docs")
+def test_submit_show_and_cancel_through_the_server(client_server: ApiServer) -> None:
+    made = aq(client_server, "submit", "--title", "Through the API", "--type", "cli-docs")
     assert made.returncode == 0, made.stderr
     assert made.stdout.startswith("created ") and "(pending, priority P1)" in made.stdout
     task_id = made.stdout.split()[1]
 
-    shown = ok_json(api_server, "show", task_id)
+    shown = ok_json(client_server, "show", task_id)
     assert (shown["title"], shown["requested_by"]) == ("Through the API", "admin")
-    human = aq(api_server, "show", task_id)
+    human = aq(client_server, "show", task_id)
     assert human.returncode == 0 and "Through the API" in human.stdout
 
-    many = api_server.config.parent / "many.jsonl"
+    many = client_server.directory / "many.jsonl"
     many.write_text('{"title": "one", "task_type": "cli-docs"}\n{"title": "two"}\n')
-    bulk = aq(api_server, "submit", "--file", str(many), "--type", "cli-docs")
+    bulk = aq(client_server, "submit", "--file", str(many), "--type", "cli-docs")
     assert bulk.returncode == 0 and bulk.stdout.strip() == "2 created, 0 matched existing tasks"
 
-    cancelled = aq(api_server, "--actor", "someone", "cancel", task_id, "--reason", "done")
+    cancelled = aq(client_server, "--actor", "someone", "cancel", task_id, "--reason", "done")
     assert cancelled.returncode == 0, cancelled.stderr
     assert cancelled.stdout.strip() == f"cancelled {task_id} (now cancelled)"
-    events = ok_json(api_server, "events", task_id)
+    events = ok_json(client_server, "events", task_id)
     assert (events[-1]["action"], events[-1]["actor"]) == ("cancel", "admin")  # not --actor
 
-    again = aq(api_server, "cancel", task_id)
+    again = aq(client_server, "cancel", task_id)
     assert again.returncode == 1 and "cannot be cancelled" in again.stderr
 
 
-def test_list_through_the_server(api_server: ApiServer) -> None:
-    made = ok_json(api_server, "submit", "--title", "Listed", "--type", "cli-list")
-    listed = aq(api_server, "list", "--type", "cli-list", "--json")
+def test_list_through_the_server(client_server: ApiServer) -> None:
+    made = ok_json(client_server, "submit", "--title", "Listed", "--type", "cli-list")
+    listed = aq(client_server, "list", "--type", "cli-list", "--json")
     assert listed.returncode == 0, listed.stderr
     assert [t["id"] for t in json.loads(listed.stdout)] == [made["id"]]
-    table = aq(api_server, "list", "--type", "cli-list")
+    table = aq(client_server, "list", "--type", "cli-list")
     assert made["id"] in table.stdout and "Listed" in table.stdout
 
 
 def test_tokens_through_the_server_with_the_token_in_another_variable(
-    api_server: ApiServer,
+    client_server: ApiServer,
 ) -> None:
-    made = aq(api_server, "tokens", "create", "--name", "cli-ci", "--role", "submitter",
-              var="AQ_ADMIN", token=api_server.admin_token)  # fmt: skip
+    made = aq(client_server, "tokens", "create", "--name", "cli-ci", "--role", "submitter",
+              var="AQ_ADMIN", token=client_server.admin_secret)  # fmt: skip
     assert made.returncode == 2 and "AGENTQUEUE_TOKEN" in made.stderr  # not where it looks
 
-    made = aq(api_server, "--token-env", "AQ_ADMIN", "tokens", "create", "--name", "cli-ci",
+    made = aq(client_server, "--token-env", "AQ_ADMIN", "tokens", "create", "--name", "cli-ci",
               "--role", "submitter", var="AQ_ADMIN")  # fmt: skip
     assert made.returncode == 0, made.stderr
     assert made.stdout.splitlines()[0] == "token cli-ci (submitter, default; expires never)"
     secret = made.stdout.strip().splitlines()[-1]
     assert secret.startswith("aq_") and "shown only now" in made.stderr
 
-    listed = ok_json(api_server, "tokens", "list")
+    listed = ok_json(client_server, "tokens", "list")
     mine = next(t for t in listed if t["name"] == "cli-ci")
     assert mine["status"] == "active" and "secret" not in mine
     assert secret not in json.dumps(listed)
 
-    theirs = aq(api_server, "submit", "--title", "By ci", "--type", "cli-ci", token=secret)
+    theirs = aq(client_server, "submit", "--title", "By ci", "--type", "cli-ci", token=secret)
     assert theirs.returncode == 0, theirs.stderr
-    denied = aq(api_server, "tokens", "list", token=secret)
+    denied = aq(client_server, "tokens", "list", token=secret)
     assert denied.returncode == 1 and "cannot do this" in denied.stderr
 
-    revoked = aq(api_server, "tokens", "revoke", "cli-ci")
+    revoked = aq(client_server, "tokens", "revoke", "cli-ci")
     assert revoked.returncode == 0 and revoked.stdout.strip() == "revoked token cli-ci"
-    gone = aq(api_server, "stats", token=secret)
+    gone = aq(client_server, "stats", token=secret)
     assert gone.returncode == 1 and "revoked" in gone.stderr
 
 
-def test_errors_through_the_server(api_server: ApiServer) -> None:
-    bad = aq(api_server, "submit", "--title", "x", "--type", "cli-err", "--priority", "P7")
+def test_errors_through_the_server(client_server: ApiServer) -> None:
+    bad = aq(client_server, "submit", "--title", "x", "--type", "cli-err", "--priority", "P7")
     assert bad.returncode == 2 and "priority" in bad.stderr
-    missing = aq(api_server, "show", "00000000-0000-0000-0000-000000000001")
+    missing = aq(client_server, "show", "00000000-0000-0000-0000-000000000001")
     assert missing.returncode == 1 and "no task" in missing.stderr
     wrong = "aq_abcdefghijkl_" + "w" * 43
-    refused = aq(api_server, "stats", token=wrong)
+    refused = aq(client_server, "stats", token=wrong)
     assert refused.returncode == 1 and "unknown token" in refused.stderr
-    tenant = aq(api_server, "stats", "--tenant", "acme")
+    tenant = aq(client_server, "stats", "--tenant", "acme")
     assert tenant.returncode == 2 and "--tenant" in tenant.stderr
 
 
-def test_a_missing_token_variable_is_named(api_server: ApiServer) -> None:
+def test_a_missing_token_variable_is_named(client_server: ApiServer) -> None:
     done = subprocess.run(
-        [str(AGENTQUEUE), "--api", api_server.url, "--token-env", "AQ_NOT_SET", "stats"],
+        [AGENTQUEUE, "--api", client_server.url, "--token-env", "AQ_NOT_SET", "stats"],
         capture_output=True, text=True, timeout=120, env=clean_env(), check=False,
     )  # fmt: skip
     assert done.returncode == 2 and "AQ_NOT_SET" in done.stderr and "not set" in done.stderr
@@ -124,13 +124,13 @@ def test_a_missing_token_variable_is_named(api_server: ApiServer) -> None:
 @pytest.mark.parametrize("command", ["worker", "serve", "scheduler", "migrate", "api", "bench"])
 def test_commands_that_need_a_database_refuse_the_api(command: str) -> None:
     flag = subprocess.run(
-        [str(AGENTQUEUE), "--api", "http://127.0.0.1:9", command],
+        [AGENTQUEUE, "--api", "http://127.0.0.1:9", command],
         capture_output=True, text=True, timeout=120, env=clean_env(), check=False,
     )  # fmt: skip
     assert flag.returncode == 2 and f"{command} works on a database" in flag.stderr
     assert "drop --api" in flag.stderr
     env = subprocess.run(
-        [str(AGENTQUEUE), command],
+        [AGENTQUEUE, command],
         capture_output=True, text=True, timeout=120, check=False,
         env=clean_env(AGENTQUEUE_API="http://127.0.0.1:9"),
     )  # fmt: skip
@@ -139,7 +139,7 @@ def test_commands_that_need_a_database_refuse_the_api(command: str) -> None:
 
 def test_a_server_that_is_not_there_is_said_so() -> None:
     done = subprocess.run(
-        [str(AGENTQUEUE), "--api", "http://127.0.0.1:9", "stats"],
+        [AGENTQUEUE, "--api", "http://127.0.0.1:9", "stats"],
         capture_output=True, text=True, timeout=120, check=False,
         env=clean_env(AGENTQUEUE_TOKEN="aq_never_shown"),
     )  # fmt: skip

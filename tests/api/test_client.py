@@ -17,7 +17,7 @@ from uuid import uuid4
 import httpx
 import pytest
 from client_helpers import Either, claim, finish, log_line, unique
-from server_fixture import ApiServer, start_api_server
+from http_server import CLIENT_API_SETTINGS, CLIENT_CONFIG, ApiServer, running_server
 
 from agentqueue import (
     AgentQueueError,
@@ -47,12 +47,12 @@ from agentqueue.service.execution import OutcomeKind
 
 
 @pytest.fixture(params=["sync", "async"])
-async def aq(request: pytest.FixtureRequest, api_server: ApiServer) -> AsyncIterator[Either]:
+async def aq(request: pytest.FixtureRequest, client_server: ApiServer) -> AsyncIterator[Either]:
     """An admin's client of each kind."""
     face = Either(
-        Client(api_server.url, api_server.admin_token)
+        Client(client_server.url, client_server.admin_secret)
         if request.param == "sync"
-        else AsyncClient(api_server.url, api_server.admin_token)
+        else AsyncClient(client_server.url, client_server.admin_secret)
     )
     yield face
     await face.close()
@@ -61,15 +61,6 @@ async def aq(request: pytest.FixtureRequest, api_server: ApiServer) -> AsyncIter
 def same_kind(aq: Either, server: ApiServer, token: str) -> Either:
     """A client of ``aq``'s kind with another token."""
     return Either(Client(server.url, token) if aq.sync else AsyncClient(server.url, token))
-
-
-@pytest.fixture
-async def driver(api_server: ApiServer) -> AsyncIterator[AsyncQueue]:
-    """A queue on the server's database, with its configuration, to play the worker."""
-    queue = AsyncQueue(api_server.db, config=api_server.config, actor="driver")
-    await queue.open()
-    yield queue
-    await queue.close()
 
 
 # --- submitting and reading ---------------------------------------------------------------
@@ -222,12 +213,12 @@ async def test_requeue_to_another_assignee(aq: Either, driver: AsyncQueue) -> No
     assert requeued.assignee == "fixer"
 
 
-async def test_approve_and_reject_a_held_task(aq: Either, api_server: ApiServer) -> None:
+async def test_approve_and_reject_a_held_task(aq: Either, client_server: ApiServer) -> None:
     kind = unique("guarded")
     held = (await aq.submit(title="drop table users", task_type=kind)).task
     other = (await aq.submit(title="please drop table logs", task_type=kind)).task
     assert (held.state, held.hold) == (TaskState.BLOCKED, "approval")
-    submitter = same_kind(aq, api_server, api_server.token("submitter"))
+    submitter = same_kind(aq, client_server, client_server.api_token("submitter"))
     try:
         with pytest.raises(Forbidden, match="approver"):
             await submitter.approve(held.id, reason="me")
@@ -300,7 +291,7 @@ async def test_schedules_are_added_listed_and_removed(aq: Either) -> None:
 
 
 async def test_tokens_are_made_listed_revoked_and_verify_holds(
-    aq: Either, api_server: ApiServer
+    aq: Either, client_server: ApiServer
 ) -> None:
     name = unique("ci")
     made = await aq.create_token(name, role="operator", tenant="acme", expires="90d")
@@ -311,7 +302,7 @@ async def test_tokens_are_made_listed_revoked_and_verify_holds(
     with pytest.raises(Conflict):  # a Refused, so a Conflict as the local queue raises
         await aq.create_token(name, role="submitter")
 
-    theirs = same_kind(aq, api_server, made.secret)
+    theirs = same_kind(aq, client_server, made.secret)
     try:
         assert (await theirs.stats()).total >= 0
         revoked = await aq.revoke_token(name)
@@ -332,7 +323,7 @@ async def test_tokens_are_made_listed_revoked_and_verify_holds(
 
 
 async def test_errors_are_the_local_queues_with_their_fields(
-    aq: Either, api_server: ApiServer
+    aq: Either, client_server: ApiServer
 ) -> None:
     kind = unique("errors")
     with pytest.raises(InvalidInput) as caught:
@@ -359,7 +350,7 @@ async def test_errors_are_the_local_queues_with_their_fields(
         await aq.cancel(made.task.id)
     assert isinstance(refused.value, Refused) and isinstance(refused.value, Conflict)
 
-    acme = same_kind(aq, api_server, api_server.token("operator", tenant="acme"))
+    acme = same_kind(aq, client_server, client_server.api_token("operator", tenant="acme"))
     try:
         with pytest.raises(NotFound):  # another tenant's task is not there at all
             await acme.get(made.task.id)
@@ -372,7 +363,7 @@ async def test_errors_are_the_local_queues_with_their_fields(
         await acme.close()
 
     unknown = "aq_abcdefghijkl_" + "A" * 43
-    stranger = same_kind(aq, api_server, unknown)
+    stranger = same_kind(aq, client_server, unknown)
     try:
         with pytest.raises(Unauthenticated) as denied:
             await stranger.stats()
@@ -394,15 +385,14 @@ async def test_a_server_that_is_not_there_is_unreachable(aq: Either) -> None:
 
 
 async def test_too_many_requests_say_when_to_come_back(tmp_path: Path) -> None:
-    with start_api_server(
-        "sqlite", tmp_path, AGENTQUEUE_API__REQUESTS_PER_MINUTE="1", AGENTQUEUE_API__BURST="2"
-    ) as server:
-        async with AsyncClient(server.url, server.admin_token) as aq:
+    env = {"AGENTQUEUE_API__REQUESTS_PER_MINUTE": "1", "AGENTQUEUE_API__BURST": "2"}
+    with running_server("sqlite", tmp_path, CLIENT_API_SETTINGS, CLIENT_CONFIG, env=env) as server:
+        async with AsyncClient(server.url, server.admin_secret) as aq:
             with pytest.raises(RateLimited) as caught:
                 for _ in range(3):
                     await aq.stats()
         assert caught.value.retry_after >= 1
-        with Client(server.url, server.admin_token) as sync, pytest.raises(RateLimited):
+        with Client(server.url, server.admin_secret) as sync, pytest.raises(RateLimited):
             sync.stats()
 
 

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from server_fixture import start_api_server
+from http_server import CLIENT_API_SETTINGS, CLIENT_CONFIG, running_server
 
 from agentqueue import AsyncClient, Client, ServerUnreachable, StoreUnavailable
 from pg_instance import PgInstance
@@ -29,8 +29,10 @@ def test_a_database_away_is_store_unavailable_then_answers_again(
 ) -> None:
     db = pg.create_database("aq_api_outage")
     with (
-        start_api_server("postgres", tmp_path, db=db) as server,
-        Client(server.url, server.admin_token) as aq,
+        running_server(
+            "postgres", tmp_path, CLIENT_API_SETTINGS, CLIENT_CONFIG, db_url=db
+        ) as server,
+        Client(server.url, server.admin_secret) as aq,
     ):
         made = aq.submit(title="Before the outage", task_type="outage").task
         pg.stop()
@@ -40,7 +42,7 @@ def test_a_database_away_is_store_unavailable_then_answers_again(
             assert not isinstance(caught.value, ServerUnreachable)
             assert "database" in str(caught.value)
             with pytest.raises(StoreUnavailable):
-                asyncio.run(_stats(server.url, server.admin_token))
+                asyncio.run(_stats(server.url, server.admin_secret))
         finally:
             pg.start()
         deadline = time.monotonic() + BACK_SECS

@@ -3,27 +3,15 @@ task (with it, an outcome could be written for the task), not something a reader
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import httpx
-import pytest
 from client_helpers import claim, unique
-from server_fixture import ApiServer
+from http_server import ApiServer
 
 from agentqueue import AsyncQueue
 
 
-@pytest.fixture
-async def driver(api_server: ApiServer) -> AsyncIterator[AsyncQueue]:
-    """A queue on the server's database, to play the worker."""
-    queue = AsyncQueue(api_server.db, config=api_server.config, actor="driver")
-    await queue.open()
-    yield queue
-    await queue.close()
-
-
 async def test_an_executing_task_is_shown_without_its_lock_token(
-    api_server: ApiServer, driver: AsyncQueue
+    client_server: ApiServer, driver: AsyncQueue
 ) -> None:
     """A task a worker holds is executing with a lease, yet get, list and the admin's view
     of it all show lock_token null."""
@@ -31,8 +19,8 @@ async def test_an_executing_task_is_shown_without_its_lock_token(
     made = await driver.submit(title="held", task_type=kind)
     claimed = await claim(driver, kind)
     assert claimed.lock_token is not None
-    headers = {"Authorization": f"Bearer {api_server.admin_token}"}
-    async with httpx.AsyncClient(base_url=api_server.url, headers=headers, timeout=30) as http:
+    headers = {"Authorization": f"Bearer {client_server.admin_secret}"}
+    async with httpx.AsyncClient(base_url=client_server.url, headers=headers, timeout=30) as http:
         one = (await http.get(f"/v1/tasks/{made.task.id}")).json()
         listed = (await http.get("/v1/tasks", params={"task_type": kind})).json()["items"]
     assert one["state"] == "executing" and one["locked_at"] is not None
