@@ -266,6 +266,9 @@ async def run(ctx: BenchContext) -> dict[str, Any]:
         ctx.progress.step("api: reads")
         get = await _reads(ctx, url, main, port)
         ctx.progress.done()
+        ctx.progress.step("api: waiting clients")
+        wait = await _waits(ctx, url, port)
+        ctx.progress.done()
         ctx.progress.step("api: stop")
         for child, _ in servers.values():
             await stop_server(child)
@@ -285,6 +288,7 @@ async def run(ctx: BenchContext) -> dict[str, Any]:
         "single": single,
         "bulk": bulk,
         "get": get,
+        "wait": wait,
     }
     rounds = f"{s.api_rounds} rounds, each side's turn rotating, every turn from emptied tables"
     out["notes"] = [
@@ -296,7 +300,10 @@ async def run(ctx: BenchContext) -> dict[str, Any]:
         f"N={s.api_bulk:,}, against submit_many with {s.api_batch:,} per call, same N; "
         f"{rounds}. Reads: GET /v1/tasks/{{id}} of {s.api_get_tasks:,} preloaded tasks "
         f"(analyzed) at {s.api_get_rate:g}/s for {s.api_get_secs:g} s, open-loop, timed from "
-        "each scheduled send. CPU as % of one core (the server: all its processes); machine "
+        f"each scheduled send. Waits: {s.api_waits} trials of GET /v1/tasks/{{id}}?wait=30 "
+        "on an executing task that the benchmark then completes through AsyncQueue, timed "
+        "from just before the completion is written to the whole answer. CPU as % of one "
+        "core (the server: all its processes); machine "
         "busy as % of all cores, whoever used them."
     ]
     return out
@@ -408,6 +415,50 @@ async def _reads(ctx: BenchContext, url: str, server: Child, port: int) -> dict[
     }
 
 
+WAIT_SETTLE_SECS = 0.2
+"""How long a waiting request is given to reach the server before its task completes."""
+
+
+async def _waits(ctx: BenchContext, url: str, port: int) -> dict[str, Any]:
+    """Completion to answer for a client waiting with ``?wait=``: the watcher's poll, the
+    read, the answer, and the write of the completion itself."""
+    import httpx
+
+    token = await emptied(url)
+    queue = AsyncQueue(url, actor="bench")
+    latencies: list[float] = []
+    headers = {"Authorization": f"Bearer {token}"}
+    try:
+        async with httpx.AsyncClient(
+            base_url=f"http://{HOST}:{port}", headers=headers, timeout=60
+        ) as http:
+            for _ in range(ctx.sizes.api_waits):
+                made = await queue.submit(title="wait", task_type="bench-wait")
+                await queue.admit()
+                [task] = await queue.claim(1, "bench-worker", task_types=["bench-wait"])
+                assert task.lock_token is not None
+                waiting = asyncio.create_task(
+                    http.get(f"/v1/tasks/{made.task.id}", params={"wait": 30})
+                )
+                await asyncio.sleep(WAIT_SETTLE_SECS)
+                if waiting.done():
+                    raise RuntimeError("a ?wait= request ended before its task did")
+                before = time.perf_counter()
+                await queue.complete(task.id, task.lock_token, {"ok": True})
+                answer = await waiting
+                latencies.append(1000 * (time.perf_counter() - before))
+                if answer.status_code != 200 or answer.json()["state"] != "completed":
+                    raise RuntimeError(f"a ?wait= request answered {answer.status_code}")
+    finally:
+        await queue.close()
+    return {
+        "trials": len(latencies),
+        "p50_ms": percentile(latencies, 50),
+        "p99_ms": percentile(latencies, 99),
+        "max_ms": max(latencies),
+    }
+
+
 def _cpu_text(data: Mapping[str, Any]) -> str:
     return (
         f"server CPU {fmt_value(data['server_cpu_ms_per_request'], ' ms')}/request "
@@ -420,7 +471,7 @@ def _cpu_text(data: Mapping[str, Any]) -> str:
 def rows(result: dict[str, Any]) -> list[Row]:
     """Single submits (target 1,500/s with one API process), bulk against submit_many (target
     80%), GET p99 (target under 10 ms), with the server's and the client's CPU beside them."""
-    one, bulk, get = result["single"], result["bulk"], result["get"]
+    one, bulk, get, wait = result["single"], result["bulk"], result["get"], result["wait"]
     workers = [int(w) for w in one["api"]]
     out = [
         target_row(
@@ -463,6 +514,12 @@ def rows(result: dict[str, Any]) -> list[Row]:
             f"GET /v1/tasks/{{id}} at {get['rate_per_s']:g}/s for {get['secs']:g} s, "
             f"open-loop (p50 {fmt_ms(get['p50_ms'])}; {_cpu_text(get)}); p99",
             get["p99_ms"], "<", 10, " ms",
+        ),
+        target_row(
+            NAME, SYSTEM,
+            f"?wait= on a task that completes, {wait['trials']} trials: completion to answer "
+            f"(p50 {fmt_ms(wait['p50_ms'])}, max {fmt_ms(wait['max_ms'])}); p99",
+            wait["p99_ms"], "<=", 100, " ms",
         ),
     ]  # fmt: skip
     return out

@@ -55,6 +55,8 @@ class Sizes:
     api_get_tasks: int = 10_000
     api_get_pool: int = 8
     """Connections the open-loop reader opens first (more when none is idle)."""
+    api_waits: int = 40
+    """Trials of a client waiting with ?wait= on a task that then completes."""
     api_rounds: int = 4
     """Turns each side of a submit comparison takes (N split between them)."""
     api_workers: tuple[int, ...] = (1, 2)
@@ -84,6 +86,7 @@ class Sizes:
                 api_rounds=2,
                 api_get_secs=1.5,
                 api_get_tasks=200,
+                api_waits=3,
             )
         n = n or cls.drain_n
         return cls(drain_n=n, enqueue_bulk=n, scaling_n=min(n, cls.scaling_n), busy_n=n, api_bulk=n)
