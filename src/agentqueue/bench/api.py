@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import json
 import os
+import random
 import signal
 import socket
 import sys
@@ -37,6 +38,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..api.watch import POLL_SECS
 from ..queue import AsyncQueue
 from ..service import tokens
 from ..store.admin import truncate_tables
@@ -416,7 +418,9 @@ async def _reads(ctx: BenchContext, url: str, server: Child, port: int) -> dict[
 
 
 WAIT_SETTLE_SECS = 0.2
-"""How long a waiting request is given to reach the server before its task completes."""
+"""How long a waiting request is given to reach the server before its task completes, plus a
+random part of one poll interval, so that completions fall anywhere between the server's
+polls (a fixed pause that is a multiple of the interval would always land just after one)."""
 
 
 async def _waits(ctx: BenchContext, url: str, port: int) -> dict[str, Any]:
@@ -440,7 +444,7 @@ async def _waits(ctx: BenchContext, url: str, port: int) -> dict[str, Any]:
                 waiting = asyncio.create_task(
                     http.get(f"/v1/tasks/{made.task.id}", params={"wait": 30})
                 )
-                await asyncio.sleep(WAIT_SETTLE_SECS)
+                await asyncio.sleep(WAIT_SETTLE_SECS + random.uniform(0, POLL_SECS))
                 if waiting.done():
                     raise RuntimeError("a ?wait= request ended before its task did")
                 before = time.perf_counter()
