@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from ..domain import access
 from ..domain.access import Principal
-from ..domain.errors import InvalidInput
+from ..domain.errors import InvalidInput, NotFound, StoreUnavailable
 from ..domain.models import Task
 from ..domain.states import Action, TaskState
 from ..ids import parse_task_id
@@ -40,6 +40,8 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     for code in (401, 403, 404, 409, 413, 422, 429, 503)
 }
 STREAM_KEEPALIVE_SECS = 15.0
+STREAM_RETRY_SECS = 1.0
+"""Pause of an event stream whose read met a database outage, before it reads again."""
 MAX_JSON_DEPTH = 512
 """The deepest nesting of arrays and objects a request body may have."""
 
@@ -339,6 +341,9 @@ async def events(
 async def _event_stream(
     request: Request, rt: Runtime, task: Task, tenant: str | None, first: list[Any]
 ) -> AsyncIterator[str]:
+    """Every event so far, then each new one, until the task's terminal event has been sent.
+    The stream outlives a database outage (it reads again when the database is back) and
+    ends quietly if the task is purged meanwhile."""
     sent = 0
     batch = first
     with request.app.state.watcher.watching(task) as changed:
@@ -348,20 +353,28 @@ async def _event_stream(
                     sent = event.seq
                     data = json.dumps(event.to_json(), separators=(",", ":"))
                     yield f"id: {event.seq}\nevent: {event.action}\ndata: {data}\n\n"
-            if batch and batch[-1].to_state.terminal and batch[-1].seq == sent:
-                task = await reads.get(rt, task.id, tenant)
-                if task.terminal and task.event_seq == sent:
-                    return
             try:
-                async with asyncio.timeout(STREAM_KEEPALIVE_SECS):
-                    await changed.wait()
-            except TimeoutError:
-                if await request.is_disconnected():
-                    return
-                yield ": keep-alive\n\n"
-                continue
-            changed.clear()
-            batch = await reads.events(rt, task.id, tenant)
+                if batch and batch[-1].to_state.terminal and batch[-1].seq == sent:
+                    task = await reads.get(rt, task.id, tenant)
+                    if task.terminal and task.event_seq == sent:
+                        return
+                try:
+                    async with asyncio.timeout(STREAM_KEEPALIVE_SECS):
+                        await changed.wait()
+                except TimeoutError:
+                    if await request.is_disconnected():
+                        return
+                    yield ": keep-alive\n\n"
+                    batch = []
+                    continue
+                changed.clear()
+                batch = await reads.events(rt, task.id, tenant)
+            except NotFound:
+                return
+            except StoreUnavailable:
+                batch = []
+                await asyncio.sleep(STREAM_RETRY_SECS)
+                changed.set()  # read again: the events written meanwhile are not lost
 
 
 @router.get(
