@@ -1,0 +1,122 @@
+"""The ``agentqueue`` command: a thin shell over AsyncQueue, or over AsyncClient with ``--api``.
+
+Exit codes: 0 success, 2 bad input (usage errors and invalid fields), 1 anything else.
+
+With ``--api URL`` (or ``AGENTQUEUE_API``) the one-shot commands ask that server instead of
+opening a database, with the token in the environment variable ``--token-env`` names (never on
+the command line, where other users' ``ps`` would show it); the server acts as the token's name,
+so ``--actor`` is ignored. Commands that run on a database themselves (worker, serve,
+scheduler, migrate, api, bench) refuse ``--api``.
+
+A one-shot command (everything but ``worker``, ``serve`` and ``scheduler``) waits at most
+:data:`ONE_SHOT_WAIT_SECS` for a database server it cannot reach, then says so; one that finds a
+SQLite file locked by another process's write says it is waiting and tries again until the lock
+is gone (at most ``--lock-wait`` seconds). A fault waiting cannot mend (no such database, a
+wrong password, a bad option, a schema newer than this release) fails at once, naming it.
+
+This package holds the group and its global options; shell.py what every command shares;
+tasks.py, people.py, operations.py, tokens.py and processes.py the commands, by concern.
+"""
+
+from __future__ import annotations
+
+import click
+from click.core import ParameterSource
+
+from .. import __version__
+from ..client import TOKEN_ENV
+from ..store import DEFAULT_URL
+from .shell import (
+    DATABASE_ONLY,
+    DEFAULT_LOCK_WAIT_SECS,
+    EXIT_BAD_INPUT,
+    _default_actor,
+    fail,
+)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option(
+    "--db",
+    envvar="AGENTQUEUE_DB",
+    default=None,
+    help=f"Database URL: sqlite:///file.db or postgresql://... (env AGENTQUEUE_DB; else db in "
+    f"the config file; else {DEFAULT_URL}).",
+)
+@click.option(
+    "--config",
+    envvar="AGENTQUEUE_CONFIG",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="TOML configuration file (env AGENTQUEUE_CONFIG).",
+)
+@click.option(
+    "--actor",
+    default=_default_actor,
+    help="Who is acting, for the audit log (env AGENTQUEUE_ACTOR; default: your user name). "
+    "Ignored with --api: the server records the token's name.",
+)
+@click.option(
+    "--api",
+    envvar="AGENTQUEUE_API",
+    metavar="URL",
+    default=None,
+    help="Ask the agentqueue server at URL (http://host:8077) instead of opening a database "
+    "(env AGENTQUEUE_API). Not for worker, serve, scheduler, migrate, api or bench.",
+)
+@click.option(
+    "--token-env",
+    metavar="VAR",
+    default=TOKEN_ENV,
+    show_default=True,
+    help="The environment variable holding the API token for --api (a token is never taken "
+    "on the command line).",
+)
+@click.option(
+    "--lock-wait",
+    envvar="AGENTQUEUE_LOCK_WAIT",
+    type=click.FloatRange(0, 86_400),
+    default=DEFAULT_LOCK_WAIT_SECS,
+    show_default=True,
+    help="Seconds a command waits while another process holds a SQLite file's write lock "
+    "(env AGENTQUEUE_LOCK_WAIT).",
+)
+@click.version_option(__version__, prog_name="agentqueue")
+@click.pass_context
+def main(
+    ctx: click.Context,
+    db: str | None,
+    config: str | None,
+    actor: str,
+    api: str | None,
+    token_env: str,
+    lock_wait: float,
+) -> None:
+    """agentqueue: a durable task queue and scheduler for AI-agent work."""
+    if api is not None and ctx.invoked_subcommand in DATABASE_ONLY:
+        typed = ctx.get_parameter_source("api") is ParameterSource.COMMANDLINE
+        fail(
+            f"{ctx.invoked_subcommand} works on a database itself, not through a server: "
+            f"drop {'--api' if typed else 'AGENTQUEUE_API'} (and name the database with --db)",
+            EXIT_BAD_INPUT,
+        )
+    ctx.obj = {
+        "db": db,
+        "config": config,
+        "actor": actor,
+        "api": api,
+        "token_env": token_env,
+        "lock_wait": lock_wait,
+    }
+
+
+# The commands, a module for each concern; they import the shell, never this package.
+from . import operations, people, processes, tasks, tokens  # noqa: E402
+
+for _module in (tasks, people, operations, tokens, processes):
+    for _command in _module.COMMANDS:
+        main.add_command(_command)
+
+from ..bench.cli import bench  # noqa: E402  (kept apart: the benchmarks live in bench/)
+
+main.add_command(bench)

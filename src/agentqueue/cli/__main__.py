@@ -1,0 +1,5 @@
+"""``python -m agentqueue.cli``: the ``agentqueue`` command."""
+
+from . import main
+
+main()

@@ -1,0 +1,346 @@
+"""What every ``agentqueue`` command shares: running an action on the queue or on a server
+(``run``, ``run_db``), errors and exit codes, output (tables, JSON) and input parsing."""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import json
+import os
+import re
+import sys
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
+
+import click
+
+from ..client import AsyncClient
+from ..domain.errors import AgentQueueError, InvalidInput, StoreLocked, StoreUnavailable
+from ..domain.models import Event, Task
+from ..domain.priority import priority_name
+from ..domain.states import TaskState
+from ..ids import parse_task_id
+from ..queue import AsyncQueue
+from ..service.reads import TaskPage
+
+T = TypeVar("T")
+
+EXIT_OK, EXIT_ERROR, EXIT_BAD_INPUT = 0, 1, 2
+ONE_SHOT_WAIT_SECS = 5.0
+"""How long a one-shot command waits for a database server it cannot reach."""
+LONG_RUNNING_OPEN_WAIT_SECS = 2.0
+"""How long each try of a worker, scheduler or serve to open the database waits before it says
+the database is away (it then tries again until the database answers)."""
+DEFAULT_LOCK_WAIT_SECS = 300.0
+LOCK_RETRY_PAUSE_SECS = 0.2
+STATES = [s.value for s in TaskState]
+DATABASE_ONLY = frozenset({"worker", "serve", "scheduler", "migrate", "api", "bench"})
+"""Commands that work on a database themselves, never through a server's API."""
+
+QueueLike = AsyncQueue | AsyncClient
+"""What a one-shot command acts on: the database's queue, or a client of a server (``--api``);
+the two have the same method names."""
+
+
+def _default_actor() -> str:
+    try:
+        return os.environ.get("AGENTQUEUE_ACTOR") or getpass.getuser()
+    except Exception:  # no user name on some containers
+        return "cli"
+
+
+def fail(message: str, code: int = EXIT_ERROR) -> NoReturn:
+    """Print ``error: message`` to stderr and exit."""
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+def run(
+    ctx: click.Context, action: Callable[[QueueLike], Awaitable[T]], tenant: str | None = None
+) -> T:
+    """Run a one-shot command's ``action`` on what the global options name: with ``--api``, an
+    AsyncClient of that server (the token's tenant applies, so ``tenant`` is refused); else the
+    database's queue (see :func:`run_db`). Errors become a message and an exit code."""
+    opts = ctx.find_root().obj
+    if opts["api"] is None:
+        return run_db(ctx, action, tenant=tenant)
+    if tenant is not None:
+        fail(
+            "--tenant: with --api the token's tenant applies (an admin token's: every tenant)",
+            EXIT_BAD_INPUT,
+        )
+    token = _api_token(opts["token_env"])
+
+    async def go() -> T:
+        async with AsyncClient(opts["api"], token) as client:
+            return await action(client)
+
+    try:
+        return asyncio.run(go())
+    except (Exception, KeyboardInterrupt) as exc:
+        exit_for(exc)
+
+
+def _api_token(variable: str) -> str:
+    token = os.environ.get(variable, "").strip()
+    if not token:
+        fail(
+            f"--api needs a token in the environment variable {variable}, which is not set "
+            "(`agentqueue tokens create` makes one)",
+            EXIT_BAD_INPUT,
+        )
+    return token
+
+
+def exit_for(exc: BaseException, unreachable: str = "") -> NoReturn:
+    """Say what went wrong and exit: 2 for bad input, 130 when interrupted, else 1 (an error
+    nobody meant is shown with its type; AGENTQUEUE_DEBUG=1 shows its traceback)."""
+    if isinstance(exc, InvalidInput):
+        fail(str(exc), EXIT_BAD_INPUT)
+    if isinstance(exc, StoreUnavailable):
+        fail(f"{unreachable}{exc}")
+    if isinstance(exc, AgentQueueError):
+        fail(str(exc))
+    if isinstance(exc, KeyboardInterrupt):
+        fail("interrupted", 130)
+    if os.environ.get("AGENTQUEUE_DEBUG"):
+        raise exc
+    fail(f"unexpected {type(exc).__name__}: {exc}")
+
+
+def run_db(
+    ctx: click.Context,
+    action: Callable[[AsyncQueue], Awaitable[T]],
+    tenant: str | None = None,
+    db: str | None = None,
+    one_shot: bool = True,
+    loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None,
+) -> T:
+    """Open the queue on the database named by the global options, run ``action``, close, map
+    errors.
+
+    A one-shot command waits at most ONE_SHOT_WAIT_SECS for an unreachable server. When another
+    process holds a SQLite file's write lock past the busy timeout, nothing was written (the
+    lock is taken at BEGIN), so the action is run again, after a notice, until the lock is gone
+    or ``--lock-wait`` has passed. Long-running commands (worker, serve, scheduler) wait as
+    their own loops decide. ``loop_factory`` makes the event loop (default: asyncio's).
+    """
+    opts = ctx.find_root().obj
+
+    async def go() -> T:
+        queue = AsyncQueue(
+            db or opts["db"],
+            config=opts["config"],
+            actor=opts["actor"],
+            tenant=tenant,
+            open_wait_secs=ONE_SHOT_WAIT_SECS if one_shot else LONG_RUNNING_OPEN_WAIT_SECS,
+        )
+        try:
+            return await action(queue)
+        except StoreUnavailable as exc:
+            saved = queue.store.commits
+            if isinstance(exc, StoreLocked) and saved:
+                # Running it again would repeat the writes already saved.
+                raise AgentQueueError(
+                    f"{exc}; part of this command was already saved, so it is not run again"
+                ) from None
+            raise
+        finally:
+            await queue.close()
+
+    lock_wait = opts.get("lock_wait", DEFAULT_LOCK_WAIT_SECS)
+    deadline = time.monotonic() + lock_wait
+    told = False
+    try:
+        while True:
+            try:
+                with asyncio.Runner(loop_factory=loop_factory) as runner:
+                    return runner.run(go())
+            except StoreUnavailable as exc:
+                if not (one_shot and isinstance(exc, StoreLocked)):
+                    raise
+                if time.monotonic() >= deadline:
+                    fail(f"gave up after waiting {lock_wait:g} s for the database: {exc}")
+                if not told:
+                    click.echo(f"waiting for the database: {exc}", err=True)
+                    told = True
+                time.sleep(LOCK_RETRY_PAUSE_SECS)
+    except (Exception, KeyboardInterrupt) as exc:
+        exit_for(exc, unreachable="cannot reach the database: ")
+
+
+def _log_to_stderr() -> None:
+    """Log lines for the long-running commands (worker, serve, scheduler)."""
+    import logging
+
+    logging.basicConfig(
+        level=os.environ.get("AGENTQUEUE_LOG_LEVEL", "INFO").upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    # The pool warns of every failed reconnect while the database is away; the loops that wait
+    # on it say so once themselves.
+    logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
+
+
+def emit_json(value: Any) -> None:
+    """Print one JSON document."""
+    click.echo(json.dumps(value, indent=2, ensure_ascii=False, default=str))
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """Print rows under headers, columns padded to fit."""
+    cells = [[("" if v is None else str(v)) for v in row] for row in rows]
+    widths = [len(h) for h in headers]
+    for row in cells:
+        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
+    line = "  ".join(h.upper().ljust(w) for h, w in zip(headers, widths, strict=True))
+    click.echo(line.rstrip())
+    for row in cells:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+
+
+def _ago(when: datetime | None) -> str:
+    if when is None:
+        return ""
+    return when.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _short(text: str, width: int = 48) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def task_rows(tasks: Sequence[Task]) -> None:
+    """The task table of ``list`` and ``dlq list``."""
+    table(
+        ["id", "state", "pri", "type", "tenant", "retries", "title", "created"],
+        [
+            [
+                t.id,
+                t.state.value,
+                priority_name(t.priority),
+                t.task_type,
+                t.tenant,
+                f"{t.retry_count}/{t.max_retries}",
+                _short(t.title),
+                _ago(t.created_at),
+            ]
+            for t in tasks
+        ],
+    )
+
+
+def print_page(page: TaskPage, as_json: bool) -> None:
+    """A page of tasks as a JSON array, or a table with the cursor of the next page."""
+    if as_json:
+        emit_json([t.to_json() for t in page.items])
+        return
+    task_rows(page.items)
+    if page.next_cursor:
+        click.echo(f"more: --cursor {page.next_cursor}")
+
+
+def show_task(task: Task) -> None:
+    """One task, field by field."""
+    data = task.to_json()
+    data["priority"] = f"{task.priority} ({priority_name(task.priority)})"
+    width = max(len(k) for k in data)
+    for key, value in data.items():
+        if value in (None, [], {}):
+            continue
+        shown = json.dumps(value, ensure_ascii=False) if isinstance(value, dict | list) else value
+        click.echo(f"{key.ljust(width)}  {shown}")
+
+
+def event_rows(events: Sequence[Event]) -> None:
+    """The event table of ``events``."""
+    table(
+        ["seq", "at", "change", "action", "actor", "reason"],
+        [
+            [
+                e.seq,
+                _ago(e.at),
+                f"{e.from_state.value if e.from_state else '(new)'} -> {e.to_state.value}",
+                e.action,
+                e.actor,
+                _short(e.reason, 60),
+            ]
+            for e in events
+        ],
+    )
+
+
+# --- input parsing --------------------------------------------------------------------------
+
+
+def read_json_arg(value: str, field: str) -> Any:
+    """JSON text, or ``@path`` (``@-`` for stdin) holding JSON."""
+    text = value
+    if value.startswith("@"):
+        path = value[1:]
+        try:
+            text = sys.stdin.read() if path == "-" else Path(path).read_text()
+        except OSError as exc:
+            raise InvalidInput(f"cannot read {path}: {exc.strerror}", field) from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidInput(f"not valid JSON ({exc.msg} at line {exc.lineno})", field) from None
+
+
+_RELATIVE = re.compile(r"^\+(\d+(?:\.\d+)?)([smhd])$")
+
+
+def parse_when(value: str, field: str) -> datetime:
+    """An ISO 8601 time (UTC if no offset) or ``+30s``/``+5m``/``+2h``/``+1d`` from now."""
+    match = _RELATIVE.match(value.strip())
+    if match:
+        amount, unit = float(match.group(1)), match.group(2)
+        seconds = amount * {"s": 1, "m": 60, "h": 3600, "d": 86400}[unit]
+        return datetime.now(UTC) + timedelta(seconds=seconds)
+    try:
+        when = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise InvalidInput(
+            "must be an ISO 8601 time (2026-05-01T09:00:00Z) or +30s/+5m/+2h/+1d", field
+        ) from None
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
+
+
+def read_task_file(value: str) -> list[Any]:
+    """Tasks from a JSON object, a JSON array, or JSON lines; ``-`` reads stdin."""
+    try:
+        text = sys.stdin.read() if value == "-" else Path(value).read_text()
+    except OSError as exc:
+        raise InvalidInput(f"cannot read {value}: {exc.strerror}", "file") from None
+    stripped = text.strip()
+    if not stripped:
+        raise InvalidInput("holds no tasks", "file")
+    try:
+        parsed = json.loads(stripped)
+        return parsed if isinstance(parsed, list) else [parsed]
+    except json.JSONDecodeError:
+        pass
+    items = []
+    for number, line in enumerate(stripped.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            items.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise InvalidInput(f"line {number} is not valid JSON ({exc.msg})", "file") from None
+    return items
+
+
+def task_id_arg(value: str) -> Any:
+    """Parse an ID argument (bad ids are bad input, exit 2)."""
+    return parse_task_id(value, "id")
+
+
+def _id(value: str) -> Any:
+    try:
+        return parse_task_id(value, "id")
+    except InvalidInput as exc:
+        fail(str(exc), EXIT_BAD_INPUT)
