@@ -24,7 +24,7 @@ from uuid import UUID
 from .clock import Clock, SystemClock
 from .config import Settings, load_settings
 from .delivery.alerts import deliver_due_alerts
-from .domain.access import TokenRecord
+from .domain.access import TokenRecord, in_scope
 from .domain.errors import InvalidInput
 from .domain.models import Event, LogRecord, Task
 from .domain.schedule import Schedule
@@ -624,11 +624,6 @@ class AsyncQueue:
 
     # --- cron schedules ---------------------------------------------------------------------
 
-    def _schedule_tenant(self, tenant: str | None) -> str | None:
-        if self.tenant is not None and tenant is not None and tenant != self.tenant:
-            raise InvalidInput(f"must be {self.tenant!r} here", "tenant")
-        return self.tenant or tenant
-
     async def add_schedule(
         self,
         name: str,
@@ -658,21 +653,21 @@ class AsyncQueue:
             task=template,
             tz=tz,
             catch_up=catch_up,
-            tenant=self._schedule_tenant(tenant),
+            tenant=in_scope(self.tenant, tenant),
             actor=self.actor,
         )
 
     async def schedules(self, *, tenant: str | None = None) -> list[Schedule]:
         """The cron schedules (of this queue's tenant, else of ``tenant``, else of all)."""
         return await cron_schedules.list_schedules(
-            await self._ready(), self._schedule_tenant(tenant)
+            await self._ready(), in_scope(self.tenant, tenant)
         )
 
     async def remove_schedule(self, name: str, *, tenant: str | None = None) -> Schedule:
         """Remove a cron schedule and return it; NotFound if there is none by that name.
         Tasks it already submitted are left as they are."""
         return await cron_schedules.remove_schedule(
-            await self._ready(), self._schedule_tenant(tenant), name
+            await self._ready(), in_scope(self.tenant, tenant), name
         )
 
     async def fire_schedules(self) -> int:
@@ -702,11 +697,9 @@ class AsyncQueue:
         ``created_after`` (inclusive) and ``created_before`` (exclusive): datetimes or ISO 8601
         text, UTC when they name no offset; InvalidInput names a bad one.
         """
-        if self.tenant is not None and tenant is not None and tenant != self.tenant:
-            raise InvalidInput(f"must be {self.tenant!r} here", "tenant")
         return await reads.list_tasks(
             await self._ready(),
-            tenant=self.tenant or tenant,
+            tenant=in_scope(self.tenant, tenant),
             states=reads.parse_states(state),
             task_types=reads.names(task_type),
             sources=reads.names(source),

@@ -18,8 +18,8 @@ from fastapi import Depends, Request
 from fastapi.routing import APIRoute
 
 from ..domain.access import Policy, Principal, TokenRecord
-from ..domain.errors import Forbidden, InvalidInput, RateLimited, Unauthenticated
-from ..domain.values import NUL, NUL_PROBLEM
+from ..domain.errors import Forbidden, RateLimited, Unauthenticated
+from ..domain.values import storable_text
 from ..service import tokens
 from ..service.runtime import Runtime
 
@@ -127,8 +127,8 @@ def storable_parameters(request: Request) -> None:
     answers a caller without one but 401)."""
     params = [*request.path_params.items(), *request.query_params.multi_items()]
     for name, value in params:
-        if isinstance(value, str) and NUL in value:
-            raise InvalidInput(NUL_PROBLEM, name)
+        if isinstance(value, str):
+            storable_text(value, name)
 
 
 def guarded(policy: Policy) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import ValidationError
 
 from ..domain import access
-from ..domain.access import Principal
+from ..domain.access import Principal, in_scope
 from ..domain.errors import InvalidInput, NotFound, StoreUnavailable
 from ..domain.models import Task
 from ..domain.states import Action, TaskState
@@ -219,11 +219,9 @@ async def list_tasks(
 ) -> JSONResponse:
     """Tasks matching every filter given, newest first. ``next`` (and the ``Link`` header)
     pages on; a repeated parameter (``state=queued&state=executing``) matches any of them."""
-    if who.tenant is not None and tenant is not None and tenant != who.tenant:
-        raise InvalidInput(f"must be {who.tenant!r} for this token", "tenant")
     page = await reads.list_tasks(
         _rt(request),
-        tenant=who.tenant or tenant,
+        tenant=in_scope(who.tenant, tenant),
         states=reads.parse_states(state),
         task_types=tuple(task_type or ()),
         sources=tuple(source or ()),
@@ -271,7 +269,8 @@ async def get_task(
     limit = min(wait, rt.settings.api.max_wait_secs)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + limit
-    with request.app.state.watcher.watching(task) as changed:
+    watcher = request.app.state.watcher
+    with watcher.watching(task) as changed:
         while not task.terminal:
             left = deadline - loop.time()
             if left <= 0:
@@ -282,7 +281,8 @@ async def get_task(
             except TimeoutError:
                 break
             changed.clear()
-            task = await reads.get(rt, tid, who.tenant)
+            # The watcher read the task as it found it moved; a task gone is read (not found).
+            task = watcher.latest(tid) or await reads.get(rt, tid, who.tenant)
     return _task_json(task)
 
 
@@ -619,15 +619,9 @@ async def resume(request: Request, who: Who, task_type: str) -> JSONResponse:
 )
 async def schedules_list(request: Request, who: Who, tenant: str | None = None) -> JSONResponse:
     """The token's tenant's schedules (an admin's: every tenant's, or ``tenant``'s)."""
-    scope = _tenant_scope(who, tenant)
+    scope = in_scope(who.tenant, tenant)
     found = await cron_schedules.list_schedules(_rt(request), scope)
     return JSONResponse([s.to_json() for s in found])
-
-
-def _tenant_scope(who: Principal, tenant: str | None) -> str | None:
-    if who.tenant is not None and tenant is not None and tenant != who.tenant:
-        raise InvalidInput(f"must be {who.tenant!r} for this token", "tenant")
-    return who.tenant or tenant
 
 
 @router.post(
@@ -648,7 +642,7 @@ async def schedules_add(request: Request, who: Who, tenant: str | None = None) -
         task=body.task,
         tz=body.tz,
         catch_up=body.catch_up,
-        tenant=_tenant_scope(who, tenant),
+        tenant=in_scope(who.tenant, tenant),
         actor=who.name,
     )
     return JSONResponse(added.to_json(), status_code=201)
@@ -665,7 +659,7 @@ async def schedules_rm(
     request: Request, who: Who, name: str, tenant: str | None = None
 ) -> JSONResponse:
     """Remove a schedule (tasks it already submitted stay)."""
-    removed = await cron_schedules.remove_schedule(_rt(request), _tenant_scope(who, tenant), name)
+    removed = await cron_schedules.remove_schedule(_rt(request), in_scope(who.tenant, tenant), name)
     return JSONResponse(removed.to_json())
 
 

@@ -16,8 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..domain.access import Principal
-from ..domain.errors import AgentQueueError, InvalidInput
+from ..domain.access import Principal, in_scope
+from ..domain.errors import AgentQueueError
 from ..service import submit as submit_service
 from ..service.runtime import Runtime
 from ..service.submit import SubmitResult
@@ -64,8 +64,7 @@ class Submitter:
             defaults=merged,
             single=True,
         )[0]
-        if who.tenant is not None and spec.tenant != who.tenant:
-            raise InvalidInput(f"must be {who.tenant!r} here", "tenant")
+        in_scope(who.tenant, spec.tenant)
         done: asyncio.Future[SubmitResult] = asyncio.get_running_loop().create_future()
         self.waiting.append(_Waiting(spec, who.tenant, done, self._one_task(spec)))
         if self.flushing is None:

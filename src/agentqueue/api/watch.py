@@ -29,6 +29,7 @@ class TaskWatcher:
         self.interval = interval
         self._waiters: dict[UUID, set[asyncio.Event]] = defaultdict(set)
         self._seen: dict[UUID, int] = {}
+        self._latest: dict[UUID, Task] = {}
         self._wake = asyncio.Event()
         self._loop: asyncio.Task[None] | None = None
 
@@ -61,6 +62,12 @@ class TaskWatcher:
                 if not waiters:
                     del self._waiters[task.id]
                     self._seen.pop(task.id, None)
+                    self._latest.pop(task.id, None)
+
+    def latest(self, task_id: UUID) -> Task | None:
+        """The task as the last read that found it moved saw it (None before, or once it is
+        gone), so that a woken waiter need not read it again."""
+        return self._latest.get(task_id)
 
     async def _run(self) -> None:
         failing = False
@@ -84,6 +91,10 @@ class TaskWatcher:
                 seq = task.event_seq if task is not None else -1
                 if seq != self._seen.get(task_id, seq):
                     self._seen[task_id] = seq
+                    if task is None:
+                        self._latest.pop(task_id, None)
+                    else:
+                        self._latest[task_id] = task
                     for event in self._waiters.get(task_id, ()):
                         event.set()
             await asyncio.sleep(self.interval)

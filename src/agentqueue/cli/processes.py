@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import sys
 from collections.abc import Callable
@@ -20,6 +21,8 @@ from .shell import (
     fail,
     run_db,
 )
+
+API_LOG = logging.getLogger("agentqueue.api")
 
 
 def _load_app(spec: str) -> Any:
@@ -89,7 +92,7 @@ def _run_worker(
 
             # The API's app opens the queue as it starts: open it first, so that a database
             # that cannot be used fails serve naming the cause, as it fails a worker.
-            await until_reachable(queue.open, log_for("agentqueue.api"), "opening the database")
+            await until_reachable(queue.open, API_LOG, "opening the database")
             sock = listen(*api)
             server = api_server(queue, *api, own_signals=False)
             serving = asyncio.create_task(server.serve([sock]), name="agentqueue-api")
@@ -238,7 +241,7 @@ def api_cmd(ctx: click.Context, host: str | None, port: int | None, workers: int
 
     async def go(queue: AsyncQueue) -> None:
         sock = listen(*address)
-        await until_reachable(queue.open, log_for("agentqueue.api"), "opening the database")
+        await until_reachable(queue.open, API_LOG, "opening the database")
         server = api_server(queue, *address, own_signals=False)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -257,7 +260,7 @@ def _api_workers(ctx: click.Context, address: tuple[str, int], workers: int) -> 
     from ..api.server import serve_workers
 
     async def migrated(queue: AsyncQueue) -> None:
-        await until_reachable(queue.open, log_for("agentqueue.api"), "opening the database")
+        await until_reachable(queue.open, API_LOG, "opening the database")
 
     run_db(ctx, migrated, one_shot=False)
     opts = ctx.find_root().obj
@@ -275,13 +278,6 @@ def _api_workers(ctx: click.Context, address: tuple[str, int], workers: int) -> 
         )
 
     serve_workers(*address, workers, listening=listening)
-
-
-def log_for(name: str) -> Any:
-    """The logger of ``name``."""
-    import logging
-
-    return logging.getLogger(name)
 
 
 @click.command()

@@ -61,6 +61,14 @@ class _Base:
             timeout=httpx.Timeout(read, connect=self.timeout),
         )
 
+    def _pool(self, limits: httpx.Limits | None) -> dict[str, Any]:
+        """What the sync and the async httpx client are both made with."""
+        return {
+            "base_url": f"{self.url}/v1/",
+            "headers": self._headers,
+            "limits": limits or httpx.Limits(),
+        }
+
     def _unreachable(self, exc: httpx.TransportError) -> ServerUnreachable:
         reason = str(exc) or type(exc).__name__
         return ServerUnreachable(f"cannot reach the agentqueue API at {self.url}: {reason}")
@@ -146,12 +154,7 @@ class AsyncClient(_Base):
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         super().__init__(url, token, timeout)
-        self._http = httpx.AsyncClient(
-            base_url=f"{self.url}/v1/",
-            headers=self._headers,
-            limits=limits or httpx.Limits(),
-            transport=transport,
-        )
+        self._http = httpx.AsyncClient(transport=transport, **self._pool(limits))
 
     async def send(self, call: Call[R]) -> R:
         """Send one call and read its answer (every method does this)."""
@@ -242,12 +245,7 @@ class Client(_Base):
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         super().__init__(url, token, timeout)
-        self._http = httpx.Client(
-            base_url=f"{self.url}/v1/",
-            headers=self._headers,
-            limits=limits or httpx.Limits(),
-            transport=transport,
-        )
+        self._http = httpx.Client(transport=transport, **self._pool(limits))
 
     def send(self, call: Call[R]) -> R:
         """Send one call and read its answer (every method does this)."""

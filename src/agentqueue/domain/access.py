@@ -17,6 +17,8 @@ from enum import StrEnum
 from typing import Any
 from uuid import UUID
 
+from .errors import InvalidInput
+
 
 class Role(StrEnum):
     """A token's role."""
@@ -26,6 +28,15 @@ class Role(StrEnum):
     OPERATOR = "operator"
     ADMIN = "admin"
     WORKER = "worker"
+
+
+def in_scope(bound: str | None, asked: str | None) -> str | None:
+    """The tenant a call acts in: ``bound`` (a queue's or a token's tenant), which ``asked``
+    may only repeat, else ``asked`` (None: every tenant). InvalidInput naming ``tenant`` for
+    another tenant."""
+    if bound is not None and asked is not None and asked != bound:
+        raise InvalidInput(f"must be {bound!r} here", "tenant")
+    return bound or asked
 
 
 RANKED: tuple[Role, ...] = (Role.SUBMITTER, Role.APPROVER, Role.OPERATOR, Role.ADMIN)

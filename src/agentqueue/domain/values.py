@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .errors import InvalidInput
+
 NUL = "\x00"
 NUL_PROBLEM = "contains the NUL character (\\u0000), which cannot be stored"
 
@@ -33,6 +35,13 @@ def nul_path(value: Any, path: str = "") -> str | None:
             if found is not None:
                 return found
     return None
+
+
+def storable_text(value: str, field: str) -> str:
+    """``value`` if it holds no NUL character; else InvalidInput naming ``field``."""
+    if NUL in value:
+        raise InvalidInput(NUL_PROBLEM, field)
+    return value
 
 
 def without_nul(text: str) -> str:

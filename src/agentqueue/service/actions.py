@@ -9,7 +9,7 @@ from uuid import UUID
 from ..domain.errors import InvalidInput, NotFound
 from ..domain.models import Task
 from ..domain.states import Action, Request
-from ..domain.values import NUL, NUL_PROBLEM
+from ..domain.values import storable_text
 from ..spec import check_name
 from .records import decide_and_apply
 from .runtime import Runtime
@@ -40,8 +40,7 @@ async def act(
         raise InvalidInput(f"{action.value} is not something a person does to a task", "action")
     if not actor:
         raise InvalidInput("must say who acts", "actor")
-    if NUL in reason:
-        raise InvalidInput(NUL_PROBLEM, "reason")
+    storable_text(reason, "reason")
     if assignee is not None:
         if action is not Action.REQUEUE:
             raise InvalidInput(f"only a requeue takes one ({action.value} does not)", "assignee")

@@ -9,7 +9,7 @@ from uuid import UUID
 from ..domain.errors import Forbidden, InvalidInput, NotFound
 from ..domain.models import Task
 from ..domain.states import HOLD_APPROVAL, Action, Request
-from ..domain.values import NUL, NUL_PROBLEM
+from ..domain.values import storable_text
 from .records import decide_and_apply
 from .runtime import Runtime
 
@@ -45,8 +45,7 @@ async def decide_approval(
         raise InvalidInput("must say who decides", "actor")
     if not reason.strip():
         raise InvalidInput("must say why", "reason")
-    if NUL in reason:
-        raise InvalidInput(NUL_PROBLEM, "reason")
+    storable_text(reason, "reason")
     found = await rt.store.get_tasks([task_id], tenant)
     if not found:
         raise NotFound(f"no task {task_id}")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 
 from ..domain.errors import InvalidInput
-from ..domain.values import NUL, NUL_PROBLEM
+from ..domain.values import storable_text
 from ..spec import check_name
 from ..store.base import PausedType
 from .runtime import Runtime
@@ -20,8 +20,7 @@ async def pause(rt: Runtime, task_type: str, *, actor: str, reason: str = "") ->
     _check(task_type)
     if not actor:
         raise InvalidInput("must say who acts", "actor")
-    if NUL in reason:
-        raise InvalidInput(NUL_PROBLEM, "reason")
+    storable_text(reason, "reason")
     await rt.store.pause(task_type, actor, reason, rt.clock.now())
     rt.paused_cache = None
     log.warning("task type %s paused by %s: %s", task_type, actor, reason or "(no reason)")
