@@ -79,12 +79,19 @@ def test_serve_runs_what_the_api_submits_and_stops_on_sigterm(db_url: str, tmp_p
 
 
 def test_serve_no_api_listens_nowhere(db_url: str, tmp_path: Path) -> None:
-    """With --no-api, serve runs its worker and says nothing about an API."""
+    """With --no-api, serve runs its worker and binds no port: pointed at a port another
+    socket holds (which fails serve with the API), it runs and exits 0, saying nothing about
+    an API."""
     log = tmp_path / "serve.log"
-    proc = subprocess.run(
-        [str(AGENTQUEUE), "serve", "--app", "serve_app:queue", "--no-api", "--until-idle"],
-        env=_env(db_url), capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        proc = subprocess.run(
+            [str(AGENTQUEUE), "serve", "--app", "serve_app:queue", "--no-api", "--until-idle",
+             "--port", port],
+            env=_env(db_url), capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
     log.write_text(proc.stdout + proc.stderr)
     assert proc.returncode == 0, log.read_text()
     assert "API listening" not in proc.stderr
