@@ -16,6 +16,7 @@ from uuid import UUID
 
 from ..domain.access import TokenRecord
 from ..domain.audit import StoredEvent
+from ..domain.deliveries import DeliveryRecord
 from ..domain.models import Event, LogRecord, Task
 from ..domain.schedule import Schedule
 from ..domain.states import BulkEvent, TaskState
@@ -116,7 +117,8 @@ CHANNEL_QUEUED = "aq_queued"  # tasks became queued: workers may claim them
 CHANNEL_REVOKED = "aq_revoked"  # leases were revoked (cancel, takeback); payload: task ids
 CHANNEL_CHANGED = "aq_changed"  # something changed (stores without push notifications)
 CHANNEL_TOOLS = "aq_tools"  # tasks began waiting on tools: tool runners may take the calls
-CHANNELS = (CHANNEL_PENDING, CHANNEL_QUEUED, CHANNEL_REVOKED, CHANNEL_TOOLS)
+CHANNEL_OUTBOX = "aq_outbox"  # deliveries were stored: deliverers may send them
+CHANNELS = (CHANNEL_PENDING, CHANNEL_QUEUED, CHANNEL_REVOKED, CHANNEL_TOOLS, CHANNEL_OUTBOX)
 
 
 @dataclass(frozen=True)
@@ -236,18 +238,36 @@ class OutboxRow:
     body: Any
     attempts: int
     created_at: datetime
+    lease_token: UUID | None = None
+    """The lease this try is made under: only its holder may record the try."""
 
 
 @dataclass(frozen=True)
 class DeliveryResult:
     """How one try of a delivery went: delivered at ``at``, or failed with ``error`` and to be
-    tried again at ``next_attempt_at``."""
+    tried again at ``next_attempt_at`` (or ``given_up``). Recorded only while the lease
+    ``lease_token`` still holds; ``status_code`` and ``duration_ms`` are kept with the try."""
 
     id: int
     at: datetime
     delivered: bool
     error: str | None = None
     next_attempt_at: datetime | None = None
+    lease_token: UUID | None = None
+    given_up: bool = False
+    status_code: int | None = None
+    duration_ms: float = 0.0
+
+
+@dataclass(frozen=True)
+class DeliveryFilter:
+    """What ``list_deliveries`` returns: every given condition holds; newest first."""
+
+    kind: str | None = None
+    state: str | None = None
+    task_id: UUID | None = None
+    tenant: str | None = None
+    limit: int = 50
 
 
 @dataclass(frozen=True)
@@ -435,16 +455,46 @@ class OutboxTx(Protocol):
         ...
 
     async def lease_outbox(
-        self, kind: str, now: datetime, limit: int, until: datetime
+        self, kind: str, now: datetime, limit: int, until: datetime, token: UUID | None = None
     ) -> list[OutboxRow]:
-        """Up to ``limit`` undelivered deliveries of ``kind`` due at ``now``, oldest first,
-        skipping any another transaction holds; each is made due again only at ``until``, so
-        no one else tries it meanwhile."""
+        """Up to ``limit`` undelivered deliveries of ``kind`` due at ``now`` (none given up),
+        oldest first, skipping any another transaction holds; each is leased under ``token``
+        (a fresh one if None) and made due again only at ``until``, so no one else tries it
+        meanwhile."""
         ...
 
-    async def record_deliveries(self, results: Sequence[DeliveryResult]) -> None:
-        """Count each try; mark the delivered ones, and for the others keep the error and when
-        to try next (a delivery already marked delivered stays as it is)."""
+    async def record_deliveries(self, results: Sequence[DeliveryResult]) -> set[int]:
+        """For each try whose lease (``lease_token``) still holds: keep the try, count it, end
+        the lease, and mark the delivery delivered or given up, or keep the error and when to
+        try next. Returns the ids recorded (a try under a lapsed lease records nothing)."""
+        ...
+
+    async def release_outbox(self, tokens: Sequence[UUID], now: datetime) -> int:
+        """Hand back the deliveries leased under ``tokens`` and not recorded: due at ``now``.
+        Returns how many."""
+        ...
+
+    async def retry_delivery(self, delivery_id: int, now: datetime, tenant: str | None) -> bool:
+        """Make a pending or given-up delivery due at ``now`` (its tries kept); False if there is
+        none such (in ``tenant``, if given), or a deliverer's lease holds it now."""
+        ...
+
+
+class DeliveryReader(Protocol):
+    """Deliveries read without write locks."""
+
+    async def next_outbox_due(self, kinds: Sequence[str]) -> datetime | None:
+        """When the earliest undelivered delivery of ``kinds`` is due (None: none waits)."""
+        ...
+
+    async def list_deliveries(self, flt: DeliveryFilter) -> list[DeliveryRecord]:
+        """Deliveries matching ``flt``, newest first (without their tries)."""
+        ...
+
+    async def get_delivery(
+        self, delivery_id: int, tenant: str | None = None
+    ) -> DeliveryRecord | None:
+        """One delivery with every try (in ``tenant``, if given), or None."""
         ...
 
 
@@ -709,6 +759,7 @@ class Store(
     LeaderStore,
     ScheduleStore,
     TokenStore,
+    DeliveryReader,
     Protocol,
 ):
     """A durable home for tasks and their audit events."""

@@ -16,6 +16,7 @@ from uuid import UUID
 
 from ..domain.access import Role
 from ..domain.audit import StoredEvent, data_text
+from ..domain.deliveries import DeliveryAttempt, DeliveryRecord
 from ..domain.models import Event, LogRecord, Task
 from ..domain.schedule import CatchUp
 from ..domain.states import TaskState
@@ -285,9 +286,13 @@ def delivery_rows(results: Sequence[DeliveryResult], codec: Codec) -> list[dict[
     return [
         {
             "id": r.id,
+            "lease_token": None if r.lease_token is None else codec.uuid_out(r.lease_token),
             "at": codec.time_out(r.at),
             "delivered_at": codec.time_out(r.at) if r.delivered else None,
+            "given_up_at": codec.time_out(r.at) if r.given_up and not r.delivered else None,
             "error": None if r.delivered else (r.error or "failed"),
+            "status_code": r.status_code,
+            "duration_ms": r.duration_ms,
             "next_attempt_at": (
                 None
                 if r.delivered or r.next_attempt_at is None
@@ -296,6 +301,35 @@ def delivery_rows(results: Sequence[DeliveryResult], codec: Codec) -> list[dict[
         }
         for r in results
     ]
+
+
+def delivery_record_from_row(row: Row, codec: Codec) -> DeliveryRecord:
+    """A delivery as people see it, from a row of aq_outbox."""
+    body = row["body"]
+    return DeliveryRecord(
+        id=row["id"],
+        kind=row["kind"],
+        task_id=codec.uuid(row["task_id"]),
+        tenant=row["tenant"],
+        event_seq=row["event_seq"],
+        url=row["url"],
+        body=json.loads(body) if isinstance(body, str) else body,
+        attempts=row["attempts"],
+        next_attempt_at=codec.at(row["next_attempt_at"]),
+        delivered_at=codec.time_in(row["delivered_at"]),
+        given_up_at=codec.time_in(row["given_up_at"]),
+        last_error=row["last_error"],
+        last_status=row["last_status"],
+        created_at=codec.at(row["created_at"]),
+        leased=bool(row["leased"]),
+    )
+
+
+def delivery_attempt_from_row(row: Row, codec: Codec) -> DeliveryAttempt:
+    """One try, from a row of aq_delivery_attempts."""
+    return DeliveryAttempt(
+        codec.at(row["at"]), row["status_code"], float(row["duration_ms"]), row["error"]
+    )
 
 
 def outbox_from_row(row: Row, codec: Codec) -> OutboxRow:
@@ -311,6 +345,7 @@ def outbox_from_row(row: Row, codec: Codec) -> OutboxRow:
         body=json.loads(body) if isinstance(body, str) else body,
         attempts=row["attempts"],
         created_at=codec.at(row["created_at"]),
+        lease_token=codec.uuid_in(row["lease_token"]),
     )
 
 

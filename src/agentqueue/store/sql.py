@@ -11,12 +11,14 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
 from ..domain.access import TokenRecord
 from ..domain.audit import StoredEvent
+from ..domain.deliveries import DeliveryRecord
 from ..domain.models import Event, LogRecord, Task
 from ..domain.priority import order_key
 from ..domain.schedule import Schedule
@@ -28,6 +30,7 @@ from .base import (
     AuditSnapshot,
     ClaimParams,
     DedupKey,
+    DeliveryFilter,
     LeaderInfo,
     Lease,
     NewTask,
@@ -45,6 +48,8 @@ from .rows import (
     event_from_row,
     event_rows,
     new_task_rows,
+    delivery_attempt_from_row,
+    delivery_record_from_row,
     record_from_row,
     stored_event_from_row,
     task_from_row,
@@ -261,6 +266,39 @@ class SQLStore(QueryOps):
     async def queued_p0(self, limit: int = 100) -> list[tuple[str | None, str]]:
         """One read."""
         return [(r["agent"], r["task_type"]) for r in await self._read("queued_p0", limit=limit)]
+
+    # --- deliveries ---------------------------------------------------------------------------
+
+    async def next_outbox_due(self, kinds: Sequence[str]) -> datetime | None:
+        """One index read per kind."""
+        if not kinds:
+            return None
+        [row] = await self._read("next_outbox_due", kinds=list(kinds))
+        return self.codec.time_in(row["due"])
+
+    async def list_deliveries(self, flt: DeliveryFilter) -> list[DeliveryRecord]:
+        """Filtered, newest first."""
+        rows = await self._read(
+            "list_deliveries",
+            kind=flt.kind,
+            state=flt.state,
+            task_id=flt.task_id,
+            tenant=flt.tenant,
+            limit=flt.limit,
+        )
+        return [delivery_record_from_row(r, self.codec) for r in rows]
+
+    async def get_delivery(
+        self, delivery_id: int, tenant: str | None = None
+    ) -> DeliveryRecord | None:
+        """The row and its tries, read in one snapshot."""
+        async with self._d.read() as s:
+            rows = await s.fetch("get_delivery", self._p(id=delivery_id, tenant=tenant))
+            if not rows:
+                return None
+            tries = await s.fetch("delivery_attempts", self._p(id=delivery_id))
+        record = delivery_record_from_row(rows[0], self.codec)
+        return replace(record, tries=tuple(delivery_attempt_from_row(t, self.codec) for t in tries))
 
     # --- notices and the audit trail ----------------------------------------------------------
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
-from uuid import UUID
+from uuid import UUID, uuid4
 
 from ..domain.models import LogRecord, Task
 from ..domain.priority import order_key
@@ -224,18 +224,31 @@ class SQLTx(QueryOps):
         return len(await self._s.fetch("enqueue_outbox", {"rows": rows}))
 
     async def lease_outbox(
-        self, kind: str, now: datetime, limit: int, until: datetime
+        self, kind: str, now: datetime, limit: int, until: datetime, token: UUID | None = None
     ) -> list[OutboxRow]:
-        """Pick due deliveries (skipping locked ones) and push them to ``until``."""
-        params = self._p(kind=kind, now=now, limit=limit, until=until)
+        """Pick due deliveries (skipping locked ones), lease them and push them to ``until``."""
+        params = self._p(kind=kind, now=now, limit=limit, until=until, token=token or uuid4())
         rows = await self._s.fetch("lease_outbox", params)
         return sorted((outbox_from_row(r, self.codec) for r in rows), key=lambda r: r.id)
 
-    async def record_deliveries(self, results: Sequence[DeliveryResult]) -> None:
-        """Record tries in one statement."""
-        if results:
-            rows = dump(delivery_rows(results, self.codec))
-            await self._s.execute("record_deliveries", {"rows": rows})
+    async def record_deliveries(self, results: Sequence[DeliveryResult]) -> set[int]:
+        """Keep the tries, then record them, in two statements (both fenced by the lease)."""
+        if not results:
+            return set()
+        rows = dump(delivery_rows(results, self.codec))
+        await self._s.execute("record_attempts", {"rows": rows})
+        return {int(r["id"]) for r in await self._s.fetch("record_deliveries", {"rows": rows})}
+
+    async def release_outbox(self, tokens: Sequence[UUID], now: datetime) -> int:
+        """One statement."""
+        if not tokens:
+            return 0
+        return len(await self._s.fetch("release_outbox", self._p(tokens=list(tokens), now=now)))
+
+    async def retry_delivery(self, delivery_id: int, now: datetime, tenant: str | None) -> bool:
+        """One guarded update."""
+        params = self._p(id=delivery_id, now=now, tenant=tenant)
+        return bool(await self._s.fetch("retry_delivery", params))
 
     async def lock_expired_dead_letters(
         self, limit: int, p0_before: datetime, other_before: datetime

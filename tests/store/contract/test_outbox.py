@@ -12,7 +12,7 @@ from agentqueue.domain.retention import RetentionPolicy, purge_event
 from agentqueue.domain.states import TaskState
 from agentqueue.service.runtime import Runtime
 from agentqueue.store import Store
-from agentqueue.store.base import DeliveryResult, OutboxItem, OutboxRow, Purge
+from agentqueue.store.base import DeliveryFilter, DeliveryResult, OutboxItem, OutboxRow, Purge
 
 from .conftest import claimed, insert, lapse, snapshot
 
@@ -87,13 +87,16 @@ async def test_record_deliveries_counts_tries_and_retires_delivered_ones(
     async with store.transaction() as tx:
         await tx.record_deliveries(
             [
-                DeliveryResult(ok.id, now, True),
-                DeliveryResult(failed.id, now, False, "HTTP 500", retry_at),
+                DeliveryResult(ok.id, now, True, lease_token=ok.lease_token),
+                DeliveryResult(
+                    failed.id, now, False, "HTTP 500", retry_at, lease_token=failed.lease_token
+                ),
             ]
         )
         await tx.record_deliveries([])
     async with store.transaction() as tx:
-        await tx.record_deliveries([DeliveryResult(ok.id, now, False, "late", now)])
+        late = DeliveryResult(ok.id, now, False, "late", now, lease_token=ok.lease_token)
+        assert await tx.record_deliveries([late]) == set()
     async with store.transaction() as tx:
         assert await tx.lease_outbox("alert", retry_at - timedelta(seconds=1), 10, now) == []
         [back] = await tx.lease_outbox("alert", retry_at + timedelta(days=1), 10, now)
@@ -203,3 +206,89 @@ async def test_lock_expired_dead_letters_skips_ones_another_purger_holds(
         assert await tx.purge([purge]) == {first.id}
     [second] = await asyncio.wait_for(other, timeout=10)
     assert first.id == a.id and second.id == b.id
+
+
+async def test_only_the_lease_holder_records_a_try(
+    store: Store, rt: Runtime, clock: ManualClock
+) -> None:
+    """A deliverer whose lease lapsed (another took the delivery under a new token) records
+    nothing, neither the try nor the outcome; the holder records both, and its try is kept with
+    its status code and duration."""
+    task = await insert(rt)
+    now = clock.now()
+    async with store.transaction() as tx:
+        await tx.enqueue_outbox([item(task, 1, now, "callback")])
+        [old] = await tx.lease_outbox("callback", now, 10, now + timedelta(seconds=5))
+    later = now + timedelta(seconds=6)
+    async with store.transaction() as tx:
+        [new] = await tx.lease_outbox("callback", later, 10, later + timedelta(seconds=5))
+    assert old.lease_token is not None and new.lease_token not in (None, old.lease_token)
+    async with store.transaction() as tx:
+        stale = DeliveryResult(old.id, later, True, lease_token=old.lease_token, status_code=200)
+        assert await tx.record_deliveries([stale]) == set()
+    record = await store.get_delivery(old.id)
+    assert record is not None and record.state == "pending" and record.tries == ()
+    async with store.transaction() as tx:
+        fail = DeliveryResult(
+            new.id,
+            later,
+            False,
+            "HTTP 503",
+            later,
+            new.lease_token,
+            status_code=503,
+            duration_ms=12.5,
+        )
+        assert await tx.record_deliveries([fail]) == {new.id}
+    record = await store.get_delivery(new.id)
+    assert record is not None and record.attempts == 1 and record.last_status == 503
+    assert [(t.status_code, t.duration_ms, t.error) for t in record.tries] == [
+        (503, 12.5, "HTTP 503")
+    ]
+    assert not record.leased
+
+
+async def test_release_retry_list_and_next_due(
+    store: Store, rt: Runtime, clock: ManualClock
+) -> None:
+    """release_outbox makes leased deliveries due at once; a given-up delivery is never leased,
+    until retry_delivery makes it due again (its tries kept); next_outbox_due and
+    list_deliveries see all this."""
+    task = await insert(rt)
+    now = clock.now()
+    later = now + timedelta(hours=1)
+    async with store.transaction() as tx:
+        await tx.enqueue_outbox([item(task, 1, now, "callback"), item(task, 2, now, "callback")])
+        a, b = await tx.lease_outbox("callback", now, 10, later)
+    assert await store.next_outbox_due(["callback"]) == later
+    assert await store.next_outbox_due(["alert"]) is None
+    async with store.transaction() as tx:
+        assert a.lease_token is not None
+        assert await tx.release_outbox([a.lease_token], now) == 2
+        assert await tx.retry_delivery(a.id, now, None) is True
+    assert await store.next_outbox_due(["callback", "alert"]) == now
+    async with store.transaction() as tx:
+        a, b = await tx.lease_outbox("callback", now, 10, later)
+        assert await tx.retry_delivery(a.id, now, None) is False  # a lease holds it
+        gave_up = DeliveryResult(a.id, now, False, "refused", None, a.lease_token, given_up=True)
+        done = DeliveryResult(b.id, now, True, lease_token=b.lease_token, status_code=204)
+        assert await tx.record_deliveries([gave_up, done]) == {a.id, b.id}
+    async with store.transaction() as tx:
+        assert await tx.lease_outbox("callback", later, 10, later) == []
+    assert await store.next_outbox_due(["callback"]) is None
+    assert [r.state for r in await store.list_deliveries(DeliveryFilter())] == [
+        "delivered",
+        "given_up",
+    ]
+    assert [r.id for r in await store.list_deliveries(DeliveryFilter(state="given_up"))] == [a.id]
+    assert await store.list_deliveries(DeliveryFilter(tenant="elsewhere")) == []
+    assert len(await store.list_deliveries(DeliveryFilter(task_id=task.id, kind="callback"))) == 2
+    async with store.transaction() as tx:
+        assert await tx.retry_delivery(a.id, now, "elsewhere") is False
+        assert await tx.retry_delivery(a.id, now, task.tenant) is True
+        assert await tx.retry_delivery(b.id, now, None) is False  # delivered
+        [again] = await tx.lease_outbox("callback", now, 10, later)
+    assert again.id == a.id and again.attempts == 1
+    record = await store.get_delivery(a.id, task.tenant)
+    assert record is not None and len(record.tries) == 1 and record.state == "pending"
+    assert await store.get_delivery(a.id, "elsewhere") is None
