@@ -44,12 +44,12 @@ from .dialect import Dialect
 from .migrate import latest_version, refuse_newer, run_migrations
 from .rows import (
     Row,
+    delivery_attempt_from_row,
+    delivery_record_from_row,
     dump,
     event_from_row,
     event_rows,
     new_task_rows,
-    delivery_attempt_from_row,
-    delivery_record_from_row,
     record_from_row,
     stored_event_from_row,
     task_from_row,
