@@ -293,6 +293,87 @@ class AlertSettings(_Section):
         return url
 
 
+class _DeliverySettings(_Section):
+    """How a kind of delivery is tried: each try waits ``timeout_secs`` at most; a failed one
+    is tried again after ``backoff_first_secs`` doubling up to ``backoff_max_secs`` (spread by
+    jitter), until ``horizon_hours`` after it was stored, when it is given up."""
+
+    timeout_secs: float = Field(default=10.0, gt=0, le=300)
+    horizon_hours: float = Field(default=24.0, gt=0, le=24 * 90)
+    backoff_first_secs: float = Field(default=5.0, gt=0, le=86_400)
+    backoff_max_secs: float = Field(default=3600.0, gt=0, le=86_400)
+
+
+def _env_name(name: str | None) -> str | None:
+    if name is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        raise ValueError("must name an environment variable")
+    return name or None
+
+
+class CallbackSettings(_DeliverySettings):
+    """Callbacks (R17): a task's end POSTed to its callback_url, signed the Standard Webhooks
+    way with the secret (``whsec_...``) in the environment variable ``secret_env``; without it,
+    callbacks wait in the outbox. ``allow_private`` lets callbacks reach loopback and private
+    addresses (tests, a private network): otherwise they are refused at submit and at send."""
+
+    secret_env: str | None = None
+    allow_private: bool = False
+
+    _secret_env = field_validator("secret_env")(_env_name)
+
+
+DEFAULT_REPLY_TEMPLATE = """\
+{%- set icon = {"completed": "✅", "failed": "❌", "dead_letter": "☠️", "cancelled": "🚫"} -%}
+{{ icon.get(state, "") }} agentqueue task **{{ title | truncate(200) }}** \
+(`{{ task_type }}`, `{{ task_id }}`) ended **{{ state }}**\
+{% if retry_count %} after {{ retry_count }} \
+retr{{ "y" if retry_count == 1 else "ies" }}{% endif %}.
+{% if error %}
+> {{ error | truncate(1000) }}
+{% endif %}
+{%- if result_text %}
+<details><summary>Result</summary>
+
+```
+{{ result_text | truncate(3000) }}
+```
+</details>
+{% endif %}"""
+
+
+class GitHubSettings(_DeliverySettings):
+    """Replies on the GitHub issue or pull request a task came from (source ``issue`` or ``pr``,
+    source_id ``owner/repo#N``): one comment per task end, rendered from ``reply_template``
+    (Jinja2, sandboxed), posted with the token in the environment variable ``token_env``;
+    without it, replies wait in the outbox."""
+
+    api_url: str = "https://api.github.com"
+    token_env: str | None = None
+    reply_template: str = DEFAULT_REPLY_TEMPLATE
+
+    _token_env = field_validator("token_env")(_env_name)
+
+    @field_validator("api_url")
+    @classmethod
+    def _api_url(cls, url: str) -> str:
+        scheme, sep, rest = url.partition("://")
+        if not sep or scheme.lower() not in ("http", "https") or not rest.split("/", 1)[0]:
+            raise ValueError("must be an http:// or https:// URL with a host")
+        return url.rstrip("/")
+
+    @field_validator("reply_template")
+    @classmethod
+    def _template(cls, text: str) -> str:
+        from jinja2 import TemplateSyntaxError
+        from jinja2.sandbox import SandboxedEnvironment
+
+        try:
+            SandboxedEnvironment().parse(text)
+        except TemplateSyntaxError as exc:
+            raise ValueError(f"line {exc.lineno}: {exc.message}") from None
+        return text
+
+
 class RetentionSettings(_Section):
     """How long dead letters are kept before they are purged (R8), in days."""
 
@@ -358,6 +439,8 @@ class Settings(BaseSettings):
     tools: ToolSettings = Field(default_factory=ToolSettings)
     preemption: PreemptionSettings = Field(default_factory=PreemptionSettings)
     alerts: AlertSettings = Field(default_factory=AlertSettings)
+    callbacks: CallbackSettings = Field(default_factory=CallbackSettings)
+    github: GitHubSettings = Field(default_factory=GitHubSettings)
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
     guardrails: list[GuardrailSettings] = Field(default_factory=list)
     approval: ApprovalSettings = Field(default_factory=ApprovalSettings)

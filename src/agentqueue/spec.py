@@ -23,6 +23,7 @@ from pydantic import (
 )
 
 from .domain.audit import canonical_json
+from .domain.deliveries import callback_url_problem
 from .domain.errors import FieldProblem, InvalidInput
 from .domain.models import SOURCES
 from .domain.priority import DEFAULT_PRIORITY, parse_priority
@@ -162,9 +163,16 @@ class TaskSpec(BaseModel):
 
     @field_validator("callback_url")
     @classmethod
-    def _callback_url(cls, value: str | None) -> str | None:
-        if value is not None and not re.fullmatch(r"https?://[^\s/]+(/\S*)?", value):
+    def _callback_url(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return None
+        if not re.fullmatch(r"https?://[^\s/]+(/\S*)?", value):
             raise ValueError("must be an http:// or https:// URL")
+        # Loopback, private and metadata addresses are refused here (SSRF); a host name is
+        # checked again once resolved, when the callback is sent.
+        problem = callback_url_problem(value, (info.context or {}).get("allow_private", False))
+        if problem is not None:
+            raise ValueError(problem)
         return value
 
     @field_validator("run_after")
@@ -199,13 +207,16 @@ def parse_specs(
     defaults: Mapping[str, Any] | None = None,
     field_prefix: str = "tasks",
     single: bool = False,
+    allow_private_callbacks: bool = False,
 ) -> list[TaskSpec]:
     """Validate every item; return them all or raise InvalidInput naming each bad field.
 
     ``defaults`` fill fields an item leaves out (the CLI's tenant or requested_by, say).
     ``single`` names fields plainly (``priority``) instead of ``tasks[0].priority``.
+    ``allow_private_callbacks`` (``[callbacks] allow_private``) lets a callback_url name a
+    loopback or private address.
     """
-    context = {"max_payload_bytes": max_payload_bytes}
+    context = {"max_payload_bytes": max_payload_bytes, "allow_private": allow_private_callbacks}
     specs: list[TaskSpec] = []
     problems: list[FieldProblem] = []
     for index, item in enumerate(items):

@@ -61,6 +61,7 @@ class Submitter:
         spec = parse_specs(
             [item],
             max_payload_bytes=self.rt.settings.queue.max_payload_bytes,
+            allow_private_callbacks=self.rt.settings.callbacks.allow_private,
             defaults=merged,
             single=True,
         )[0]

@@ -14,6 +14,7 @@ from typing import Any
 from uuid import UUID
 
 from ..domain.audit import canonical_json
+from ..domain.deliveries import needs_delivery
 from ..domain.errors import FieldProblem, InvalidInput
 from ..domain.models import LogRecord, Task
 from ..domain.states import Action, Refusal, RefusalKind, Request, TaskState, bulk_event
@@ -133,7 +134,9 @@ async def finish(
     """Record many outcomes, and the captured output of attempts; each task gets its new image
     or a refusal. Completions are written set-wise in one statement; every other outcome, and
     every completion that statement could not make (its lease moved on), is decided row by row
-    in one transaction, with the logs."""
+    in one transaction, with the logs. Completions that call for a delivery (see
+    ``domain.deliveries.needs_delivery``) are decided row by row too, so their deliveries are
+    stored with them."""
     outcomes = [storable(o) for o in outcomes]
     logs = [replace(r, text=without_nul(r.text)) for r in logs]
     by_id = {o.task_id: o for o in outcomes}
@@ -160,7 +163,16 @@ async def finish(
             checkpointed=o.checkpointed,
         )
 
-    completing = [o for o in outcomes if o.kind is OutcomeKind.COMPLETED]
+    # The set-wise statement writes no deliveries: a completion that calls for one (a callback,
+    # a reply on its GitHub issue), or whose claimed image is not at hand to tell, is decided
+    # row by row below, where the deliveries are stored with it.
+    completing = [
+        o
+        for o in outcomes
+        if o.kind is OutcomeKind.COMPLETED
+        and o.claimed is not None
+        and not needs_delivery(o.claimed)
+    ]
     items = [(o.task_id, o.lock_token, o.result) for o in completing]
     heads = (
         await rt.store.complete(
@@ -177,21 +189,17 @@ async def finish(
         for o in completing
         if o.task_id in heads and o.claimed is not None
     ]
-    unseen = [o.task_id for o in completing if o.task_id in heads and o.claimed is None]
+    tried = {o.task_id for o in completing}
     rest = [o for o in outcomes if o.task_id not in heads]
     refusals: dict[UUID, Refusal] = {}
     if rest or logs:
         async with rt.store.transaction() as tx:
-            known = [
-                o.claimed
-                for o in rest
-                if o.claimed is not None and o.kind is not OutcomeKind.COMPLETED
-            ]
+            # Decided on the claimed image, written with a guard: every outcome but a completion
+            # the set-wise statement tried (its lease moved on: read it afresh).
+            known = [o.claimed for o in rest if o.claimed is not None and o.task_id not in tried]
             more, refusals, stale = await apply_decisions(tx, known, request)
             written += more
-            unknown = [
-                o.task_id for o in rest if o.claimed is None or o.kind is OutcomeKind.COMPLETED
-            ]
+            unknown = [o.task_id for o in rest if o.claimed is None or o.task_id in tried]
             if stale or unknown:
                 again, more_refusals = await decide_and_apply(
                     tx, await tx.lock([*stale, *unknown]), request
@@ -201,8 +209,6 @@ async def finish(
             # Output belongs to the attempt whatever became of the outcome, so it is kept even
             # when the outcome was refused (a lease lost just before the report).
             await tx.insert_logs(logs)
-    if unseen:  # completed without the claimed image at hand: read them back
-        written += await rt.store.get_tasks(unseen)
     out: dict[UUID, Task | Refusal] = {t.id: t for t in written}
     out.update(refusals)
     for task_id in by_id:

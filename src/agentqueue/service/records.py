@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
+from typing import Any
 from uuid import UUID
 
-from ..domain.alerts import ALERT_KIND, dead_letter_alert
+from ..domain.alerts import ALERT_KIND
 from ..domain.audit import GENESIS, chained_event
+from ..domain.deliveries import deliveries_for
 from ..domain.errors import Conflict
 from ..domain.models import Event, Task
 from ..domain.states import (
@@ -23,7 +25,14 @@ from ..domain.states import (
 )
 from ..pipelines import Hold
 from ..store import Change, NewTask, Tx
-from ..store.base import CHANNEL_PENDING, CHANNEL_QUEUED, CHANNEL_REVOKED, CHANNEL_TOOLS, OutboxItem
+from ..store.base import (
+    CHANNEL_OUTBOX,
+    CHANNEL_PENDING,
+    CHANNEL_QUEUED,
+    CHANNEL_REVOKED,
+    CHANNEL_TOOLS,
+    OutboxItem,
+)
 from .runtime import Runtime
 
 alert_log = logging.getLogger("agentqueue.alerts")
@@ -105,7 +114,7 @@ async def apply_decisions(
     written = await tx.apply(changes)
     applied = [c for c in changes if c.task.id in written]
     await announce(tx, applied)
-    await raise_alerts(tx, applied)
+    await store_deliveries(tx, applied)
     stale = [c.task.id for c in changes if c.task.id not in written]
     return [c.task for c in applied], refusals, stale
 
@@ -147,40 +156,45 @@ async def retry_due(
     return written
 
 
-async def raise_alerts(tx: Tx, changes: Sequence[Change]) -> None:
-    """R8: each P0 task these changes took into dead_letter raises one alert, stored in the
-    outbox in this same transaction (delivery.alerts sends it to the configured webhook) and
-    logged. Every decided change is written through :func:`apply_decisions`, so this sees every
-    path into dead_letter; the outbox keeps one alert per (task, audit position)."""
+async def store_deliveries(tx: Tx, changes: Sequence[Change]) -> None:
+    """Every delivery these changes call for (domain.deliveries: a P0 task's dead-letter alert
+    (R8), a task end's callback (R17) and its reply on the GitHub issue it came from), stored in
+    the outbox in this same transaction, so none is lost; the outbox keeps one per (kind, task,
+    audit position), so a change written again raises none twice. Every decided change is
+    written through :func:`apply_decisions`, so this sees every path into an end; the set-wise
+    completion writes only tasks that call for none (``needs_delivery``). Deliverers are woken
+    at commit when something new was stored."""
     items: list[OutboxItem] = []
     for change in changes:
-        alert = dead_letter_alert(change.task, change.event)
-        if alert is None:
-            continue
-        task = change.task
-        # Names the task, its type and tenant and the (masked) error: never the payload.
-        alert_log.error(
-            "P0 task %s (type %s, tenant %s) entered dead_letter: %s",
-            task.id,
-            task.task_type,
-            task.tenant,
-            alert.body["error"],
-        )
-        # No URL on the row: the webhook configured when it is sent, so a token rotated in
-        # the meantime is used, and no secret is copied into the database.
-        items.append(
-            OutboxItem(
-                kind=ALERT_KIND,
-                task_id=task.id,
-                tenant=task.tenant,
-                event_seq=alert.event_seq,
-                url=None,
-                body=alert.body,
-                created_at=alert.at,
+        for delivery in deliveries_for(change.task, change.event):
+            if delivery.kind == ALERT_KIND:
+                _log_alert(change.task, delivery.body)
+            items.append(
+                OutboxItem(
+                    kind=delivery.kind,
+                    task_id=delivery.task_id,
+                    tenant=delivery.tenant,
+                    event_seq=delivery.event_seq,
+                    url=delivery.url,
+                    body=delivery.body,
+                    created_at=delivery.at,
+                )
             )
-        )
-    if items:
-        await tx.enqueue_outbox(items)
+    if items and await tx.enqueue_outbox(items):
+        await tx.notify(CHANNEL_OUTBOX)
+
+
+def _log_alert(task: Task, body: Mapping[str, Any]) -> None:
+    # Names the task, its type and tenant and the (masked) error: never the payload. An alert
+    # row has no URL: the webhook configured when it is sent, so a token rotated in the meantime
+    # is used, and no secret is copied into the database.
+    alert_log.error(
+        "P0 task %s (type %s, tenant %s) entered dead_letter: %s",
+        task.id,
+        task.task_type,
+        task.tenant,
+        body["error"],
+    )
 
 
 REVOKING = frozenset({Action.CANCEL, Action.LEASE_EXPIRED})

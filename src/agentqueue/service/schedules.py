@@ -68,6 +68,7 @@ def _check_template(rt: Runtime, name: str, tenant: str, task: object) -> list[F
         parse_specs(
             [_fired_fields(task, tenant, slot_key(name, rt.clock.now()))],
             max_payload_bytes=rt.settings.queue.max_payload_bytes,
+            allow_private_callbacks=rt.settings.callbacks.allow_private,
             single=True,
         )
     except InvalidInput as exc:

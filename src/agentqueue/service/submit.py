@@ -109,6 +109,7 @@ async def submit_many(
     specs = parse_specs(
         list(items),
         max_payload_bytes=rt.settings.queue.max_payload_bytes,
+        allow_private_callbacks=rt.settings.callbacks.allow_private,
         defaults=merged,
         single=single,
     )
