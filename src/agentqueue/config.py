@@ -293,7 +293,7 @@ class AlertSettings(_Section):
         return url
 
 
-class _DeliverySettings(_Section):
+class DeliverySettings(_Section):
     """How a kind of delivery is tried: each try waits ``timeout_secs`` at most; a failed one
     is tried again after ``backoff_first_secs`` doubling up to ``backoff_max_secs`` (spread by
     jitter), until ``horizon_hours`` after it was stored, when it is given up."""
@@ -310,7 +310,7 @@ def _env_name(name: str | None) -> str | None:
     return name or None
 
 
-class CallbackSettings(_DeliverySettings):
+class CallbackSettings(DeliverySettings):
     """Callbacks (R17): a task's end POSTed to its callback_url, signed the Standard Webhooks
     way with the secret (``whsec_...``) in the environment variable ``secret_env``; without it,
     callbacks wait in the outbox. ``allow_private`` lets callbacks reach loopback and private
@@ -341,7 +341,7 @@ retr{{ "y" if retry_count == 1 else "ies" }}{% endif %}.
 {% endif %}"""
 
 
-class GitHubSettings(_DeliverySettings):
+class GitHubSettings(DeliverySettings):
     """Replies on the GitHub issue or pull request a task came from (source ``issue`` or ``pr``,
     source_id ``owner/repo#N``): one comment per task end, rendered from ``reply_template``
     (Jinja2, sandboxed), posted with the token in the environment variable ``token_env``;

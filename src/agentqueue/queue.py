@@ -23,6 +23,7 @@ from uuid import UUID
 
 from .clock import Clock, SystemClock
 from .config import Settings, load_settings
+from .delivery import deliverer
 from .delivery.alerts import deliver_due_alerts
 from .domain.access import TokenRecord, in_scope
 from .domain.errors import InvalidInput
@@ -47,7 +48,7 @@ from .service.submit import SubmitResult
 from .spec import TaskSpec, check_name
 from .store import DEFAULT_URL, Lease, Store, make_store
 from .store.base import LeaderInfo, PausedType
-from .supervise import until_reachable
+from .supervise import Supervisor, until_reachable
 from .worker.assemble import build_executors
 from .worker.runner import Worker, WorkerOptions, default_worker_id
 
@@ -430,11 +431,28 @@ class AsyncQueue:
             self._rt, holder or default_worker_id(), listen=listen, periodic=PERIODIC_STEPS
         )
 
-    async def run_scheduler(self, *, holder: str | None = None) -> None:
-        """Run a scheduler until cancelled. A database away at start is waited for (saying so
-        once); one that cannot be used (StoreMisconfigured) raises at once."""
-        await until_reachable(self._ready, log, "opening the database")
-        await self.scheduler(holder=holder).run()
+    async def run_scheduler(self, *, holder: str | None = None, deliver: bool = True) -> None:
+        """Run a scheduler until cancelled, and beside it (unless ``deliver`` is False) a
+        deliverer of the outbox. A database away at start is waited for (saying so once); one
+        that cannot be used (StoreMisconfigured) raises at once."""
+        rt = await until_reachable(self._ready, log, "opening the database")
+        jobs = Supervisor(log)
+        jobs.start(self.scheduler(holder=holder).run(), "agentqueue-scheduler")
+        if deliver:
+            sender = deliverer(rt)
+            jobs.start(sender.listen(), "agentqueue-deliver-listen")
+            jobs.start(sender.run(), "agentqueue-deliver")
+        try:
+            await jobs.failed.wait()
+        finally:
+            await jobs.close()
+        jobs.check()
+
+    async def deliver(self, kinds: Sequence[str] | None = None) -> int:
+        """One round of the outbox's deliverer: send what is due now, once, of every kind (of
+        ``kinds``, if given) whose destination is configured; return how many were delivered."""
+        delivered, _more = await deliverer(await self._ready()).deliver_due(kinds)
+        return delivered
 
     async def leader(self) -> LeaderInfo | None:
         """Who holds (or last held) the scheduler leadership."""
@@ -521,8 +539,11 @@ class AsyncQueue:
         worker_id: str | None = None,
         run_scheduler: bool = True,
         grace_secs: float | None = None,
+        deliver_before_exit: bool = False,
     ) -> Worker:
-        """A worker for this queue's handlers and configured agents (see ``run_worker``)."""
+        """A worker for this queue's handlers and configured agents (see ``run_worker``).
+        ``deliver_before_exit``: once stopped, try each delivery due then once before
+        returning (``--until-idle``)."""
         conf = self.settings.worker
         options = WorkerOptions(
             worker_id=worker_id or default_worker_id(),
@@ -543,6 +564,7 @@ class AsyncQueue:
             preempt=self.settings.preemption.enabled,
             preempt_after_secs=self.settings.preemption.after_secs,
             preempt_min_priority=self.settings.preemption.min_priority,
+            deliver_before_exit=deliver_before_exit,
         )
         holder: list[Worker] = []
         executors = build_executors(
@@ -848,6 +870,7 @@ class Queue:
     reclaim_lapsed = _facade(AsyncQueue.reclaim_lapsed)
     promote_due_retries = _facade(AsyncQueue.promote_due_retries)
     tick = _facade(AsyncQueue.tick)
+    deliver = _facade(AsyncQueue.deliver)
     submit_tool_result = _facade(AsyncQueue.submit_tool_result)
     pause = _facade(AsyncQueue.pause)
     resume = _facade(AsyncQueue.resume)

@@ -150,10 +150,51 @@ def test_a_bad_callback_url_names_callback_url(url: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "url", ["http://localhost:8080/cb", "https://hooks.example.com/a/b?x=1&y=2#frag"]
+    "url", ["https://hooks.example.com/a/b?x=1&y=2#frag", "http://93.184.215.14:8080/cb"]
 )
 def test_a_good_callback_url_is_accepted(url: str) -> None:
     [parsed] = parse_specs([spec(callback_url=url)])
+    assert parsed.callback_url == url
+
+
+FORBIDDEN_CALLBACKS = [
+    "http://localhost:8080/cb",
+    "http://LOCALHOST./cb",
+    "http://api.localhost/cb",
+    "http://127.0.0.1/cb",
+    "http://127.9.9.9:9/cb",
+    "http://[::1]/cb",
+    "http://10.0.0.7/cb",
+    "http://172.16.0.1/cb",
+    "http://192.168.1.1/cb",
+    "http://169.254.169.254/latest/meta-data/",
+    "http://169.254.10.10/cb",
+    "http://[fd00:ec2::254]/cb",
+    "http://[fc00::1]/cb",
+    "http://[fe80::1]/cb",
+    "http://224.0.0.1/cb",
+    "http://[ff02::1]/cb",
+    "http://0.0.0.0/cb",
+    "http://[::]/cb",
+    "http://240.0.0.1/cb",
+    "http://[::ffff:127.0.0.1]/cb",
+    "http://100.64.0.1/cb",
+]
+
+
+@pytest.mark.parametrize("url", FORBIDDEN_CALLBACKS)
+def test_a_callback_url_to_a_private_address_names_callback_url(url: str) -> None:
+    """SSRF: loopback, private, link-local, unique-local, multicast, unspecified, reserved and
+    metadata addresses, and localhost names, are refused at submit..."""
+    problems = problems_of([spec(callback_url=url)], single=True)
+    assert [p.field for p in problems] == ["callback_url"]
+    assert "must not" in problems[0].message
+
+
+@pytest.mark.parametrize("url", FORBIDDEN_CALLBACKS[:4])
+def test_a_private_callback_url_is_accepted_when_allowed(url: str) -> None:
+    """...unless ``[callbacks] allow_private``."""
+    [parsed] = parse_specs([spec(callback_url=url)], allow_private_callbacks=True)
     assert parsed.callback_url == url
 
 

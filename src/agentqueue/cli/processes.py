@@ -83,6 +83,7 @@ def _run_worker(
             worker_id=worker_id,
             run_scheduler=scheduler,
             grace_secs=grace,
+            deliver_before_exit=until_idle,
         )
         loop = asyncio.get_running_loop()
         interrupts = 0

@@ -30,9 +30,9 @@ import httpx
 from ..domain.alerts import redact
 from ..domain.errors import AgentQueueError, StoreUnavailable
 from ..service.runtime import Runtime
-from ..store.base import DeliveryResult, OutboxRow
+from ..store.base import CHANNEL_OUTBOX, DeliveryResult, OutboxRow
 from ..supervise import Outage, cancel_requested
-from ..wakeups import wait_event
+from ..wakeups import follow, wait_event
 
 log = logging.getLogger("agentqueue.deliveries")
 
@@ -271,6 +271,11 @@ class Deliverer:
                 await asyncio.shield(self.release())
             except (AgentQueueError, OSError) as exc:
                 log.warning("leased deliveries not released (they are tried again later): %s", exc)
+
+    async def listen(self) -> None:
+        """Wake on notices of stored deliveries until cancelled (a process without a worker's
+        listener: ``agentqueue scheduler``)."""
+        await follow(self.rt.store, (CHANNEL_OUTBOX,), lambda _n: self.wake.set(), "deliverer")
 
     async def _step(self) -> float:
         """One look (and a round if something is due); the pause before the next look."""

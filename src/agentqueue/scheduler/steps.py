@@ -10,7 +10,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from uuid import UUID
 
-from ..delivery.alerts import deliver_due_alerts
 from ..domain.models import Task
 from ..domain.states import Action, Request, bulk_event
 from ..service.records import ADMITTER, decide_and_apply, retry_due
@@ -109,9 +108,9 @@ async def tick(rt: Runtime, *, admit_first: bool = False) -> TickReport:
 
 PERIODIC_STEPS: list[tuple[Callable[[Runtime], Awaitable[object]], float | None]] = [
     (fire_due_schedules, None),
-    (deliver_due_alerts, None),
     (purge_expired_dead_letters, 60.0),
 ]
 """Steps the leader runs on a timer rather than on every wake-up (nothing waits on them by the
-millisecond), each with its interval in seconds (None: every ``tick_secs``): cron, alerts, and
-retention (counted in days, so once a minute is plenty)."""
+millisecond), each with its interval in seconds (None: every ``tick_secs``): cron and retention
+(counted in days, so once a minute is plenty). Deliveries (alerts among them) are sent by the
+deliverer every worker, ``serve`` and scheduler process runs (agentqueue.delivery)."""

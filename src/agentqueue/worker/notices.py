@@ -1,9 +1,10 @@
 """Notice routing: the listener's notices turned into the worker's wake-ups.
 
-A revocation stops the attempts it names; news of tool calls wakes the tool runner; news of
-queued work wakes the claimer (a queued P0 task may also preempt); anything else wakes the
-embedded scheduler. A bare "something changed" notice (SQLite) is checked with one read before
-claiming. The claimer's slow poll covers a listener that drops.
+A revocation stops the attempts it names; news of stored deliveries wakes the deliverer; news
+of tool calls wakes the tool runner; news of queued work wakes the claimer (a queued P0 task may
+also preempt); anything else wakes the embedded scheduler. A bare "something changed" notice
+(SQLite) is checked with one read before claiming (and before delivering). The claimer's slow
+poll covers a listener that drops.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from ..domain.errors import AgentQueueError
 from ..store.base import (
     CHANNEL_CHANGED,
+    CHANNEL_OUTBOX,
     CHANNEL_PENDING,
     CHANNEL_QUEUED,
     CHANNEL_REVOKED,
@@ -40,6 +42,7 @@ class Wakeups:
     work: Callable[[], None]
     p0: Callable[[], None]
     scheduler: Callable[[], None]
+    deliveries: Callable[[], None] = lambda: None
 
 
 class NoticeRouter:
@@ -69,6 +72,11 @@ class NoticeRouter:
         if channel == CHANNEL_REVOKED:
             self.wake.revoke(notice.payload)
             return
+        if channel == CHANNEL_OUTBOX:
+            self.wake.deliveries()
+            return
+        if channel == CHANNEL_CHANGED:
+            self.wake.deliveries()  # the deliverer looks (one read) before leasing
         if channel in (CHANNEL_TOOLS, CHANNEL_CHANGED):
             self.wake.tools()
         if channel == CHANNEL_TOOLS:

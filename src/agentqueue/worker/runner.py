@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
+from ..delivery import Deliverer, deliverer
 from ..domain.errors import AgentQueueError, ConfigError
 from ..domain.models import LogRecord, Task
 from ..domain.retry import failure_is_retryable
@@ -84,6 +85,10 @@ class WorkerOptions:
     lease_guard: float = 0.8
     """Heartbeats failing for this fraction of ``lease_ttl_secs``: running attempts are
     stopped (no outcome recorded) before their leases lapse."""
+    deliver: bool = True
+    """Run a deliverer of the outbox (callbacks, replies, alerts) in this worker."""
+    deliver_before_exit: bool = False
+    """On stopping, try each delivery due then once before exiting (``--until-idle``)."""
 
 
 def check_executors(executors: Sequence[Executor]) -> None:
@@ -128,6 +133,7 @@ class Worker:
         self._stopped = asyncio.Event()
         self.started = asyncio.Event()
         self.scheduler: Scheduler | None = None
+        self.deliverer: Deliverer | None = None
         self.jobs = Supervisor(log, on_failure=self._wake.set)
         """Every background job of this worker (its parts, claims, attempts, tool calls)."""
         self.claimer = Claimer(
@@ -179,6 +185,7 @@ class Worker:
                 work=self._work_arrived,
                 p0=self.preemptor.p0_queued,
                 scheduler=self._scheduler_wake,
+                deliveries=self._deliveries_wake,
             ),
             self.jobs,
         )
@@ -256,6 +263,10 @@ class Worker:
         }
         if self.tools:
             loops.add(jobs.start(self.tool_runner.run(), "agentqueue-tools"))
+        if self.options.deliver:
+            # Woken by the worker's listener (notices of stored deliveries).
+            self.deliverer = deliverer(await self.queue.runtime())
+            loops.add(jobs.start(self.deliverer.run(), "agentqueue-deliver"))
         if self.options.run_scheduler:
             # The worker's listener wakes it; what it admits wakes the worker's claims.
             self.scheduler = Scheduler(
@@ -291,6 +302,10 @@ class Worker:
             await jobs.close(jobs.jobs - attempts - self.flusher.writing)
             # No batch is started any more; end those under way, then write what is left.
             await self.flusher.close(patience_secs=self.queue.settings.queue.lease_ttl_secs)
+            if self.deliverer is not None and self.options.deliver_before_exit:
+                # The deliverer's loop has stopped (and released what it held): one try of
+                # each delivery due now, the last outcomes' among them.
+                await self.deliverer.finish()
             for executor in self.executors:
                 close = getattr(executor, "close", None)
                 if close is not None:
@@ -414,6 +429,10 @@ class Worker:
         if not self.queue.store.push_notifications:
             return 0.5
         return max(0.5, self.queue.settings.queue.lease_ttl_secs / 3)
+
+    def _deliveries_wake(self) -> None:
+        if self.deliverer is not None:
+            self.deliverer.wake.set()
 
     def _scheduler_wake(self) -> None:
         if self.scheduler is not None:
