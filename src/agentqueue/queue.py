@@ -26,6 +26,7 @@ from .config import Settings, load_settings
 from .delivery import deliverer
 from .delivery.alerts import deliver_due_alerts
 from .domain.access import TokenRecord, in_scope
+from .domain.deliveries import DeliveryRecord
 from .domain.errors import InvalidInput
 from .domain.models import Event, LogRecord, Task
 from .domain.schedule import Schedule
@@ -38,6 +39,7 @@ from .scheduler.loop import Scheduler
 from .scheduler.retention import purge_expired_dead_letters
 from .scheduler.steps import PERIODIC_STEPS, TickReport
 from .service import actions, approvals, audit, execution, pausing, reads, submit, tokens
+from .service import deliveries as deliveries_service
 from .service import schedules as cron_schedules
 from .service import tools as tools_service
 from .service.audit import VerifyReport
@@ -697,6 +699,38 @@ class AsyncQueue:
         created. Any number of schedulers may run it at once: each slot fires once."""
         return await cron_schedules.fire_due_schedules(await self._ready())
 
+    # --- deliveries --------------------------------------------------------------------------
+
+    async def deliveries(
+        self,
+        *,
+        kind: str | None = None,
+        state: str | None = None,
+        task_id: UUID | str | None = None,
+        limit: int = 50,
+    ) -> list[DeliveryRecord]:
+        """Deliveries (callbacks, replies on GitHub, alerts) of this queue's tenant, newest
+        first: of ``kind``, in ``state`` (pending, delivered, given_up), about ``task_id``."""
+        return await deliveries_service.list_deliveries(
+            await self._ready(),
+            tenant=self.tenant,
+            kind=kind,
+            state=state,
+            task_id=None if task_id is None else parse_task_id(task_id),
+            limit=limit,
+        )
+
+    async def delivery(self, delivery_id: int) -> DeliveryRecord:
+        """One delivery with every try; NotFound if there is none."""
+        return await deliveries_service.get_delivery(await self._ready(), delivery_id, self.tenant)
+
+    async def retry_delivery(self, delivery_id: int) -> DeliveryRecord:
+        """Make a pending or given-up delivery due now (its tries kept); Conflict if it was
+        delivered or is being sent right now."""
+        return await deliveries_service.retry_delivery(
+            await self._ready(), delivery_id, self.tenant
+        )
+
     # Last, so that ``list`` in the annotations above still means the builtin.
     async def list(
         self,
@@ -884,6 +918,9 @@ class Queue:
     schedules = _facade(AsyncQueue.schedules)
     remove_schedule = _facade(AsyncQueue.remove_schedule)
     fire_schedules = _facade(AsyncQueue.fire_schedules)
+    deliveries = _facade(AsyncQueue.deliveries)
+    delivery = _facade(AsyncQueue.delivery)
+    retry_delivery = _facade(AsyncQueue.retry_delivery)
     create_token = _facade(AsyncQueue.create_token)
     tokens = _facade(AsyncQueue.tokens)
     revoke_token = _facade(AsyncQueue.revoke_token)

@@ -34,6 +34,8 @@ from agentqueue.api.auth import route_policy
 from agentqueue.api.problems import AUTH_CHALLENGE
 from agentqueue.domain import access
 from agentqueue.domain.access import Policy, Principal, Role
+from agentqueue.domain.deliveries import CALLBACK_KIND
+from agentqueue.store.base import DeliveryFilter, OutboxItem
 
 OWN, OTHER = "alpha", "beta"
 ROLES = [Role.SUBMITTER, Role.APPROVER, Role.OPERATOR, Role.ADMIN, Role.WORKER]
@@ -102,6 +104,23 @@ class Fixtures:
         task = {"title": "nightly", "task_type": "docs"}
         await self.q.add_schedule(name, cron="0 2 * * *", task=task, tenant=tenant)
         return name
+
+    async def delivery(self, tenant: str) -> int:
+        """A pending callback delivery about a task of ``tenant``."""
+        task = await task_states.queued(self.q, tenant)
+        item = OutboxItem(
+            CALLBACK_KIND,
+            task.id,
+            tenant,
+            task.event_seq,
+            "https://hooks.example/cb",
+            {},
+            task.created_at,
+        )
+        async with self.q.store.transaction() as tx:
+            await tx.enqueue_outbox([item])
+        [found] = await self.q.store.list_deliveries(DeliveryFilter(task_id=task.id))
+        return found.id
 
     async def token(self) -> str:
         """A live token's name."""
@@ -181,6 +200,13 @@ async def _schedule_rm(fx: Fixtures, tenant: str, who: Principal) -> Call:
     return Call({"name": name}, params={"tenant": tenant} if who.every_tenant else {})
 
 
+def _delivery_route() -> Recipe:
+    async def build(fx: Fixtures, tenant: str, _who: Principal) -> Call:
+        return Call({"delivery_id": str(await fx.delivery(tenant))})
+
+    return Recipe(build, owned=True)
+
+
 async def _token_add(fx: Fixtures, _tenant: str, _who: Principal) -> Call:
     return Call(body={"name": fresh_name("tok"), "role": "submitter", "tenant": OWN})
 
@@ -216,6 +242,9 @@ RECIPES: dict[tuple[str, str], tuple[Policy, Recipe]] = {
     ("GET", "/v1/schedules"): (OPERATOR, _plain()),
     ("POST", "/v1/schedules"): (OPERATOR, Recipe(_schedule_add)),
     ("DELETE", "/v1/schedules/{name}"): (OPERATOR, Recipe(_schedule_rm, owned=True)),
+    ("GET", "/v1/deliveries"): (OPERATOR, _plain()),
+    ("GET", "/v1/deliveries/{delivery_id}"): (OPERATOR, _delivery_route()),
+    ("POST", "/v1/deliveries/{delivery_id}/retry"): (OPERATOR, _delivery_route()),
     ("GET", "/v1/tokens"): (ADMIN, _plain()),
     ("POST", "/v1/tokens"): (ADMIN, Recipe(_token_add)),
     ("POST", "/v1/tokens/{name}/revoke"): (ADMIN, Recipe(_token_revoke)),
@@ -379,7 +408,7 @@ async def test_bad_credentials_are_refused_with_a_challenge(
     before the route does anything (the object named need not even exist)."""
     policy_of(key)
     call = Call(
-        path={"task_id": str(uuid.uuid4()), "call_id": "call-1", "name": "nothing",
+        path={"task_id": str(uuid.uuid4()), "call_id": "call-1", "name": "nothing", "delivery_id": "1",
               "task_type": "docs"},
         body={},
     )  # fmt: skip

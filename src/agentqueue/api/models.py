@@ -141,6 +141,38 @@ class PausedOut(_Out):
     reason: str
 
 
+class DeliveryTryOut(_Out):
+    """One try of a delivery."""
+
+    at: str
+    status_code: int | None
+    duration_ms: float
+    error: str | None
+
+
+class DeliveryOut(_Out):
+    """A delivery from the outbox (``kind`` callback, github_reply or alert); ``tries``: every
+    try, oldest first (empty in lists). ``url`` is shown without what may carry a secret."""
+
+    id: int
+    kind: str
+    state: str
+    task_id: str
+    tenant: str
+    event_seq: int
+    url: str | None
+    body: Any
+    attempts: int
+    next_attempt_at: str
+    delivered_at: str | None
+    given_up_at: str | None
+    last_error: str | None
+    last_status: int | None
+    created_at: str
+    leased: bool
+    tries: list[DeliveryTryOut]
+
+
 class ResumedOut(_Out):
     """Whether the type had been paused."""
 

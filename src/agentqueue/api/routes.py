@@ -24,7 +24,7 @@ from ..domain.errors import InvalidInput, NotFound, StoreUnavailable
 from ..domain.models import Task
 from ..domain.states import Action, TaskState
 from ..ids import parse_task_id
-from ..service import actions, approvals, audit, pausing, reads, tokens
+from ..service import actions, approvals, audit, deliveries, pausing, reads, tokens
 from ..service import schedules as cron_schedules
 from ..service import tools as tools_service
 from ..service.runtime import Runtime
@@ -661,6 +661,71 @@ async def schedules_rm(
     """Remove a schedule (tasks it already submitted stay)."""
     removed = await cron_schedules.remove_schedule(_rt(request), in_scope(who.tenant, tenant), name)
     return JSONResponse(removed.to_json())
+
+
+# --- deliveries ---------------------------------------------------------------------------
+
+
+@router.get(
+    "/deliveries",
+    summary="Deliveries (callbacks, GitHub replies, alerts)",
+    response_model=None,
+    responses={200: {"model": list[models.DeliveryOut]}, **ERRORS},
+    **guarded(access.OPERATOR),
+)
+async def deliveries_list(
+    request: Request,
+    who: Who,
+    kind: str | None = None,
+    state: str | None = None,
+    task: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=deliveries.MAX_LIMIT)] = 50,
+) -> JSONResponse:
+    """The token's tenant's deliveries, newest first: of ``kind`` (callback, github_reply,
+    alert), in ``state`` (pending, delivered, given_up), about ``task``."""
+    found = await deliveries.list_deliveries(
+        _rt(request),
+        tenant=who.tenant,
+        kind=kind,
+        state=state,
+        task_id=None if task is None else parse_task_id(task, "task"),
+        limit=limit,
+    )
+    return JSONResponse([d.to_json() for d in found])
+
+
+def _delivery_id(value: str) -> int:
+    if not value.isdigit() or len(value) > 18:
+        raise NotFound(f"no delivery {value}")
+    return int(value)
+
+
+@router.get(
+    "/deliveries/{delivery_id}",
+    summary="A delivery with every try",
+    response_model=None,
+    responses={200: {"model": models.DeliveryOut}, **ERRORS},
+    **guarded(access.OPERATOR),
+)
+async def deliveries_show(request: Request, who: Who, delivery_id: str) -> JSONResponse:
+    """One delivery of the token's tenant, with every try (time, status code, duration,
+    error)."""
+    found = await deliveries.get_delivery(_rt(request), _delivery_id(delivery_id), who.tenant)
+    return JSONResponse(found.to_json())
+
+
+@router.post(
+    "/deliveries/{delivery_id}/retry",
+    summary="Retry a pending or given-up delivery now",
+    response_model=None,
+    responses={200: {"model": models.DeliveryOut}, **ERRORS},
+    **guarded(access.OPERATOR),
+)
+async def deliveries_retry(request: Request, who: Who, delivery_id: str) -> JSONResponse:
+    """Make a pending or given-up delivery due now (its tries kept); 409 if it was delivered or
+    is being sent right now."""
+    found = await deliveries.retry_delivery(_rt(request), _delivery_id(delivery_id), who.tenant)
+    return JSONResponse(found.to_json())
 
 
 # --- tokens and verify (admin) ------------------------------------------------------------

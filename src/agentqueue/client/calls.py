@@ -16,6 +16,7 @@ from uuid import UUID
 from pydantic import BaseModel
 
 from ..domain.access import TokenRecord
+from ..domain.deliveries import DeliveryRecord
 from ..domain.errors import InvalidInput
 from ..domain.models import Event, LogRecord, Task
 from ..domain.schedule import Schedule
@@ -294,6 +295,32 @@ class Calls:
     def remove_schedule(name: str, *, tenant: str | None = None) -> Call[Schedule]:
         """Remove a cron schedule and return it; NotFound if there is none by that name."""
         return Call("DELETE", f"/schedules/{_seg(name)}", Schedule.from_json, _tenant(tenant))
+
+    # --- deliveries --------------------------------------------------------------------------
+
+    @staticmethod
+    def deliveries(
+        *,
+        kind: str | None = None,
+        state: str | None = None,
+        task_id: UUID | str | None = None,
+        limit: int = 50,
+    ) -> Call[list[DeliveryRecord]]:
+        """Deliveries of the token's tenant, newest first (see ``AsyncQueue.deliveries``)."""
+        params = [("kind", kind), ("state", state)]
+        params.append(("task", None if task_id is None else _tid(task_id)))
+        found = (*tuple((k, v) for k, v in params if v is not None), ("limit", str(limit)))
+        return Call("GET", "/deliveries", lambda d: _many(d, DeliveryRecord.from_json), found)
+
+    @staticmethod
+    def delivery(delivery_id: int) -> Call[DeliveryRecord]:
+        """One delivery with every try; NotFound if there is none."""
+        return Call("GET", f"/deliveries/{int(delivery_id)}", DeliveryRecord.from_json)
+
+    @staticmethod
+    def retry_delivery(delivery_id: int) -> Call[DeliveryRecord]:
+        """Make a pending or given-up delivery due now; Conflict if delivered or being sent."""
+        return Call("POST", f"/deliveries/{int(delivery_id)}/retry", DeliveryRecord.from_json)
 
     # --- tokens and verify (admin) ----------------------------------------------------------
 
