@@ -408,8 +408,8 @@ async def test_bad_credentials_are_refused_with_a_challenge(
     before the route does anything (the object named need not even exist)."""
     policy_of(key)
     call = Call(
-        path={"task_id": str(uuid.uuid4()), "call_id": "call-1", "name": "nothing", "delivery_id": "1",
-              "task_type": "docs"},
+        path={"task_id": str(uuid.uuid4()), "call_id": "call-1", "name": "nothing",
+              "delivery_id": "1", "task_type": "docs"},
         body={},
     )  # fmt: skip
     wrong = []

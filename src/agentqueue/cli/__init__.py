@@ -15,7 +15,8 @@ is gone (at most ``--lock-wait`` seconds). A fault waiting cannot mend (no such 
 wrong password, a bad option, a schema newer than this release) fails at once, naming it.
 
 This package holds the group and its global options; shell.py what every command shares;
-tasks.py, people.py, operations.py, tokens.py and processes.py the commands, by concern.
+tasks.py, people.py, operations.py, deliveries.py, tokens.py and processes.py the commands, by
+concern.
 """
 
 from __future__ import annotations
@@ -111,9 +112,9 @@ def main(
 
 
 # The commands, a module for each concern; they import the shell, never this package.
-from . import operations, people, processes, tasks, tokens  # noqa: E402
+from . import deliveries, operations, people, processes, tasks, tokens  # noqa: E402
 
-for _module in (tasks, people, operations, tokens, processes):
+for _module in (tasks, people, operations, deliveries, tokens, processes):
     for _command in _module.COMMANDS:
         main.add_command(_command)
 
