@@ -63,7 +63,8 @@ class _Server:
 class Receiver:
     """A callback receiver: verifies every request with ``secret`` (401 when it fails), fails
     the first ``fail_first`` tries of each delivery with ``fail_status``, holds each answer
-    ``hold_secs`` (the first ``hold_count`` only, if given), and records arrivals per
+    ``hold_secs`` (the first ``hold_count`` only, if given: those then fail with 503, as a hung
+    request whose sender went away), and records arrivals per
     webhook-id and any two requests of one webhook-id in flight at once."""
 
     secret: str = SECRET
@@ -122,6 +123,8 @@ class Receiver:
             if hold:
                 time.sleep(hold)
             status = 401 if not verified else (self.fail_status if nth <= self.fail_first else 204)
+            if hold and self.hold_count is not None:
+                status = 503  # a hung request never counts as delivered
             with self.lock:
                 self.arrivals.append(Arrival(wid, body, headers, verified, status))
             req.send_response(status)
