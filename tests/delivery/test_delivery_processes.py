@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -182,3 +183,38 @@ def test_a_deliverer_killed_while_github_holds_its_post_never_posts_twice(
     for n in (1, 2, 3):
         assert len(github.all_comments(f"octo/hello#{n}")) == 1
     assert github.posts() == 3
+
+
+def test_a_worker_until_idle_delivers_before_it_exits(
+    setup: tuple[Queue, Procs], receiver: Receiver
+) -> None:
+    queue, procs = setup
+    for _ in range(5):
+        queue.submit(title="hook", task_type="callback-test", callback_url=receiver.url())
+    worker = procs.spawn(
+        "worker", "worker", "--until-idle", "--no-scheduler", "--app", "delivery_app:queue"
+    )
+    worker.wait(timeout=120)
+    assert worker.returncode == 0, procs.log("worker")
+    # Checked at once, not waited for: the exiting worker sent them.
+    assert len(receiver.delivered_ids()) == 5
+    assert recorded(queue, CALLBACK_KIND, 5)
+
+
+def test_a_stopping_deliverer_releases_what_it_holds(
+    setup: tuple[Queue, Procs], receiver: Receiver
+) -> None:
+    """SIGTERM while a callback hangs: the delivery is handed back, due at once (the next
+    deliverer need not wait for the lease to lapse)."""
+    queue, procs = setup
+    receiver.hold_secs, receiver.hold_count = 30.0, 1
+    ended(queue, 1, callback_url=receiver.url())
+    first = procs.spawn("deliverer1", "scheduler", "--id", "d1")
+    wait_for(lambda: receiver.in_flight() >= 1, 60, "the deliverer sending")
+    [row] = queue.deliveries()
+    assert row.leased and row.next_attempt_at > datetime.now(UTC)
+    first.terminate()
+    first.wait(timeout=60)
+    [row] = queue.deliveries()
+    assert not row.leased and row.next_attempt_at <= datetime.now(UTC)
+    assert row.attempts == 0  # released, not counted as a try
