@@ -153,3 +153,37 @@ def test_agentqueue_api_in_the_environment_is_not_the_api_section(
     monkeypatch.setenv("AGENTQUEUE_API", "http://127.0.0.1:8077")
     monkeypatch.setenv("AGENTQUEUE_API__PORT", "9999")
     assert load_settings(None).api.port == 9999
+
+
+async def test_callbacks_refused_and_deliveries_inspected_through_the_server(
+    client_server: ApiServer, driver: Any
+) -> None:
+    """A callback_url to a private address is refused by the CLI and the API naming the field;
+    a stored callback is listed, shown with its tries and retried through the CLI."""
+    refused = aq(client_server, "submit", "--title", "t", "--type", "cli-cb",
+                 "--callback-url", "http://169.254.169.254/latest")  # fmt: skip
+    assert refused.returncode == 2 and "callback_url" in refused.stderr
+    with client_server.client(client_server.admin_secret) as http:
+        answer = http.post("/v1/tasks", json={"title": "t", "task_type": "cli-cb",
+                                              "callback_url": "http://10.0.0.1/cb"})  # fmt: skip
+    assert answer.status_code == 422 and "callback_url" in answer.text
+
+    made = ok_json(client_server, "submit", "--title", "Hooked", "--type", "cli-cb",
+                   "--callback-url", "https://hooks.example.com/cb?token=cli-secret")  # fmt: skip
+    await driver.admit()
+    [task] = await driver.claim(1, "w", ["cli-cb"])
+    assert str(task.id) == made["id"]
+    await driver.complete(task.id, task.lock_token, "ok")  # no deliverer runs here: it waits
+    [row] = ok_json(client_server, "deliveries", "list", "--task", made["id"])
+    assert (row["kind"], row["state"], row["attempts"]) == ("callback", "pending", 0)
+    assert "cli-secret" not in json.dumps(row)
+    shown = ok_json(client_server, "deliveries", "show", str(row["id"]))
+    assert shown["tries"] == [] and shown["body"]["type"] == "task.completed"
+    human = aq(client_server, "deliveries", "show", str(row["id"]))
+    assert human.returncode == 0 and "callback" in human.stdout
+    retried = aq(client_server, "deliveries", "retry", str(row["id"]))
+    assert retried.returncode == 0 and "due now" in retried.stdout
+    missing = aq(client_server, "deliveries", "show", "999999")
+    assert missing.returncode != 0 and "no delivery" in missing.stderr
+    table = aq(client_server, "deliveries", "list", "--kind", "callback", "--state", "pending")
+    assert made["id"] in table.stdout

@@ -38,7 +38,7 @@ from .shell import (
 @click.option("--kind", help="Pipeline: task or mail (default: mail for --source mail).")
 @click.option("--depends-on", multiple=True, help="Task id that must complete first (repeatable).")
 @click.option("--idempotency-key", help="Same key, same task (required for P0).")
-@click.option("--callback-url", help="POSTed the result when the task ends.")
+@click.option("--callback-url", help="Gets a signed POST when the task ends (see Callbacks).")
 @click.option("--timeout", help="Seconds per attempt (default by task type).")
 @click.option("--max-retries", help="Automatic retries (default 3; at most 3 for P0).")
 @click.option("--run-after", help="Not before: ISO 8601 time or +30s/+5m/+2h/+1d.")
