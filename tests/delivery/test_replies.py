@@ -6,6 +6,7 @@ reply template that does not parse is a config error naming it."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
@@ -68,7 +69,10 @@ async def all_delivered(q: AsyncQueue, n: int, within: float = 30.0) -> None:
         await asyncio.sleep(0.02)
 
 
-async def test_one_comment_per_task_end_with_its_marker(db_url: str, github: FakeGitHub) -> None:
+async def test_one_comment_per_task_end_with_its_marker(
+    db_url: str, github: FakeGitHub, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
     async with opened(db_url, settings(github)) as q:
         task = await ended(q)
         await ended(q, "octo/hello#8", source="pr")
@@ -91,6 +95,7 @@ async def test_one_comment_per_task_end_with_its_marker(db_url: str, github: Fak
     async with opened(db_url, settings(github)) as q:
         shown = await q.delivery(row.id)
     assert shown.state == "delivered" and [t.status_code for t in shown.tries] == [201]
+    assert TOKEN not in caplog.text and TOKEN not in str(shown.to_json())
 
 
 async def test_a_marker_already_on_the_issue_means_no_second_comment(
