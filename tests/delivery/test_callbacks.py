@@ -312,3 +312,35 @@ async def test_the_set_wise_completion_writes_no_delivery(db_url: str) -> None:
         assert all(isinstance(x, Task) and x.state is TaskState.COMPLETED for x in done.values())
         [row] = await q.deliveries()
         assert (row.task_id, row.event_seq) == (hooked.id, done[hooked.id].event_seq)
+
+
+async def test_a_hanging_receiver_does_not_hold_up_later_callbacks(
+    db_url: str, receiver: Receiver
+) -> None:
+    """The first callback's receiver hangs (30 s, well within the try's 60 s); a callback stored
+    meanwhile is delivered while the first is still hanging."""
+    receiver.hold_secs, receiver.hold_count = 30.0, 1
+    async with opened(db_url, settings(timeout_secs=60)) as q:
+        rt = await q.runtime()
+        sender = Deliverer(rt, [CallbackChannel(rt)], poll_secs=0.2)
+        job = asyncio.create_task(sender.run())
+        try:
+            first = await claimed(q, receiver.url("/slow"))
+            await q.complete(first.id, first.lock_token, "done")
+            await _until(lambda: receiver.in_flight() == 1, "the first callback hanging")
+            second = await claimed(q, receiver.url("/fast"))
+            await q.complete(second.id, second.lock_token, "done")
+            await _until(lambda: len(receiver.delivered_ids()) == 1, "the second delivered")
+            assert receiver.in_flight() == 1  # the first still hangs
+        finally:
+            job.cancel()
+            await asyncio.gather(job, return_exceptions=True)
+        [row] = await q.deliveries(task_id=first.id)
+    assert row.state == "pending" and not row.leased  # released when the deliverer stopped
+
+
+async def _until(check: Any, what: str, within: float = 25.0) -> None:
+    deadline = asyncio.get_running_loop().time() + within
+    while not check():
+        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.02)

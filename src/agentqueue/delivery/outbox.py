@@ -42,6 +42,8 @@ POLL_SECS = 5.0
 """The longest a running deliverer sleeps without a notice."""
 MIN_GAP_SECS = 0.1
 """The shortest pause between looks (every commit is a notice on SQLite)."""
+MAX_ROUNDS = 4
+"""Rounds one running deliverer has under way at once."""
 WARN_CHECK_SECS = 30.0
 """How often a deliverer looks for deliveries waiting on a channel that is not configured
 (until it has warned about them once)."""
@@ -256,17 +258,23 @@ class Deliverer:
         return delivered
 
     async def run(self) -> None:
-        """Deliver until cancelled; on the way out, release what is held."""
+        """Deliver until cancelled; on the way out, stop the rounds under way and release what
+        is held. Rounds run beside the loop (up to ``MAX_ROUNDS`` at once), so a slow receiver
+        holding one round up does not hold up deliveries stored after it began."""
+        rounds: set[asyncio.Task[None]] = set()
         try:
             while True:
                 if cancel_requested():
                     raise asyncio.CancelledError  # a cancel a timeout swallowed (Python 3.11)
-                pause = await self._step()
+                pause = await self._step(rounds)
                 if pause > 0:
                     await wait_event(self.wake, pause)
                 self.wake.clear()
                 await asyncio.sleep(MIN_GAP_SECS)
         finally:
+            for job in rounds:
+                job.cancel()
+            await asyncio.gather(*rounds, return_exceptions=True)
             try:
                 await asyncio.shield(self.release())
             except (AgentQueueError, OSError) as exc:
@@ -277,28 +285,41 @@ class Deliverer:
         listener: ``agentqueue scheduler``)."""
         await follow(self.rt.store, (CHANNEL_OUTBOX,), lambda _n: self.wake.set(), "deliverer")
 
-    async def _step(self) -> float:
-        """One look (and a round if something is due); the pause before the next look."""
+    async def _step(self, rounds: set[asyncio.Task[None]]) -> float:
+        """One look (starting a round if something is due and a round is free); the pause
+        before the next look."""
         store, clock = self.rt.store, self.rt.clock
         ready = self.ready()
         kinds = [c.kind for c in ready]
         try:
             await self._warn_waiting(ready)
             due = await store.next_outbox_due(kinds)
-            if due is not None and due <= clock.now():
-                _n, more = await self.deliver_due()
-                if more:
-                    return 0.0
-                due = await store.next_outbox_due(kinds)
         except StoreUnavailable as exc:
             return self._outage.failed(exc, "deliveries")
         except AgentQueueError as exc:
-            log.warning("delivery round failed: %s", exc)
+            log.warning("looking for due deliveries failed: %s", exc)
             return self.poll_secs
         self._outage.ok("deliveries")
+        if due is not None and due <= clock.now():
+            if len(rounds) >= MAX_ROUNDS:
+                return self.poll_secs  # a round that ends wakes the loop
+            job = asyncio.create_task(self._round_in_background(), name="agentqueue-deliver-round")
+            rounds.add(job)
+            job.add_done_callback(rounds.discard)
+            return 0.0  # look again (after the gap): the new round has leased what was due
         if due is None:
             return self.poll_secs
         return min(self.poll_secs, max(0.0, (due - clock.now()).total_seconds()))
+
+    async def _round_in_background(self) -> None:
+        try:
+            await self.deliver_due()
+        except StoreUnavailable as exc:
+            self._outage.failed(exc, "deliveries")
+        except AgentQueueError as exc:
+            log.warning("delivery round failed: %s", exc)
+        finally:
+            self.wake.set()
 
     async def _warn_waiting(self, ready: Sequence[Channel]) -> None:
         waiting = [c for c in self.channels if c not in ready and c.kind not in self._warned]
