@@ -16,6 +16,7 @@ from agentqueue.domain.retry import BackoffPolicy, retry_limit
 from agentqueue.domain.states import (
     FENCED_ACTIONS,
     HOLD_APPROVAL,
+    IN_PLACE_ACTIONS,
     LIVE_STATES,
     TRANSITIONS,
     Action,
@@ -52,6 +53,7 @@ SOURCES: dict[Action, frozenset[TaskState]] = {
     Action.REQUEUE: frozenset({S.DEAD_LETTER, S.MANUAL_REVIEW}),
     Action.ARCHIVE: frozenset({S.DEAD_LETTER, S.MANUAL_REVIEW}),
     Action.CANCEL: LIVE_STATES,
+    Action.REPRIORITIZE: LIVE_STATES,
 }
 TARGETS: dict[Action, frozenset[TaskState]] = {
     Action.SUBMIT: frozenset(),
@@ -75,6 +77,7 @@ TARGETS: dict[Action, frozenset[TaskState]] = {
     Action.REQUEUE: frozenset({S.QUEUED}),
     Action.ARCHIVE: frozenset({S.ARCHIVED}),
     Action.CANCEL: frozenset({S.CANCELLED}),
+    Action.REPRIORITIZE: LIVE_STATES,  # in place: the state it started from
 }
 LEASE_FIELDS = ("lock_token", "locked_at", "heartbeat_at", "lease_expires_at", "assigned_to")
 TOKEN_POOL = [UUID(int=n) for n in range(1, 6)]
@@ -93,6 +96,7 @@ class Op:
     lease_ttl_secs: int
     spread: float
     actor: str
+    priority: int
 
 
 PARAMS = st.tuples(
@@ -104,6 +108,7 @@ PARAMS = st.tuples(
     st.integers(min_value=1, max_value=60),
     st.floats(min_value=0, max_value=1, exclude_max=True, allow_nan=False),
     st.sampled_from(["system", "scheduler", "ops-person", "worker-2"]),
+    st.integers(min_value=0, max_value=9),
 )
 
 # Without a bias towards actions that apply to the current state, most runs would end within a
@@ -174,6 +179,7 @@ def _request(task: Task, op: Op, now_offset: int) -> Request:
         backoff=BackoffPolicy(),
         spread=op.spread,
         tool_call=wait_call(task),
+        priority=op.priority,
     )
 
 
@@ -240,13 +246,22 @@ def test_every_transition_is_a_table_edge_and_anything_else_a_refusal(
             elif action in (Action.APPROVE, Action.REJECT) and before.hold != HOLD_APPROVAL:
                 # Only a guardrail's hold is released (or rejected) by a person's decision.
                 assert outcome.kind is RefusalKind.NOT_ALLOWED
+            elif action is Action.REPRIORITIZE:
+                # The same priority again, or P0 for a task without an idempotency key.
+                assert request.priority == before.priority or (
+                    request.priority == 0 and not before.idempotency_key
+                ), outcome
+                assert outcome.kind is RefusalKind.NOT_ALLOWED
             else:
                 # From a state the action applies to, only a time condition may refuse it.
                 assert _not_due(before, request), f"{action} refused: {outcome}"
                 assert outcome.kind is RefusalKind.NOT_DUE
             continue
         assert isinstance(outcome, Transition)
-        assert (outcome.from_state, outcome.to_state) in TRANSITIONS
+        if action in IN_PLACE_ACTIONS:
+            assert outcome.to_state is before.state
+        else:
+            assert (outcome.from_state, outcome.to_state) in TRANSITIONS
         assert outcome.from_state is before.state
         assert before.state in SOURCES[action]
         assert outcome.to_state in TARGETS[action]
