@@ -1,6 +1,6 @@
-"""Sending GitHub webhook deliveries to a test server: the fixtures of
-``/work/shared/fixtures/github`` (or a copy in ``AGENTQUEUE_GITHUB_FIXTURES``), signed as GitHub
-signs them, and variants of them for a repository, number and time of a test's own."""
+"""Sending GitHub webhook deliveries to a test server: the real bodies in ``fixtures/github``
+(see its README), signed as GitHub signs them, and variants of them for a repository, number
+and time of a test's own."""
 
 from __future__ import annotations
 
@@ -8,14 +8,13 @@ import copy
 import hashlib
 import hmac
 import json
-import os
 import uuid
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-FIXTURES = Path(os.environ.get("AGENTQUEUE_GITHUB_FIXTURES", "/work/shared/fixtures/github"))
+FIXTURES = Path(__file__).parent / "fixtures" / "github"
 SECRET = "test-webhook-secret-3f9c1a"
 OCTO_SECRET = "octo-webhook-secret-77d2e0"
 SECRET_ENV = {"AQ_TEST_GITHUB_SECRET": SECRET, "AQ_TEST_GITHUB_SECRET_OCTO": OCTO_SECRET}
