@@ -32,7 +32,7 @@ from ..domain.models import Task
 from ..domain.states import Action, Request, TaskState
 from ..intake import github
 from ..spec import parse_specs
-from ..store import DedupKey, Tx
+from ..store import DedupKey, NewTask, Tx
 from ..store.base import IntakeSource
 from .records import decide_and_apply
 from .runtime import Runtime
@@ -222,7 +222,7 @@ def _seen(task: Task, outcome: str, **extra: Any) -> dict[str, Any]:
 
 
 async def _carry_out(
-    rt: Runtime, tx: Tx, plan: github.Plan, src: IntakeSource, records: Sequence[Any]
+    rt: Runtime, tx: Tx, plan: github.Plan, src: IntakeSource, records: Sequence[NewTask]
 ) -> tuple[list[dict[str, Any]], IntakeSource]:
     """The plan's changes, in ``tx``; raises _Ignore when ordering or the tasks' states leave
     nothing to do."""
@@ -326,7 +326,7 @@ def _reviewed_sha(task: Task) -> str | None:
 
 
 async def _submit(
-    rt: Runtime, tx: Tx, live: Sequence[Task], records: Sequence[Any]
+    rt: Runtime, tx: Tx, live: Sequence[Task], records: Sequence[NewTask]
 ) -> dict[str, Any]:
     """The plan's task: the source's live task if it has one (SPEC R2), else the new one, else
     (its idempotency key is taken) the task that holds the key."""
