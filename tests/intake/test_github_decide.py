@@ -11,7 +11,7 @@ import pytest
 from pydantic import ValidationError
 
 from agentqueue.config import GitHubRule
-from agentqueue.intake import github
+from agentqueue.intake import github, github_payload
 
 FIXTURES = Path(__file__).parents[1] / "api" / "fixtures" / "github"
 RULE = GitHubRule(
@@ -146,4 +146,4 @@ def test_pull_requests_are_reviewed_at_their_head_and_drafts_wait() -> None:
 def test_a_field_of_the_wrong_type_is_named() -> None:
     with pytest.raises(ValidationError) as raised:
         github.decide(RULE, "issues", body("issues.opened", **{"issue.number": "one"}))
-    assert [p.field for p in github.problems(raised.value)] == ["issue.number"]
+    assert [p.field for p in github_payload.problems(raised.value)] == ["issue.number"]

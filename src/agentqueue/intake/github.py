@@ -3,7 +3,8 @@ what it asks for. Pure: no I/O, no clock, no environment (secrets are handed in)
 
 :func:`verify` checks ``X-Hub-Signature-256`` against the secrets of the rules whose repository
 glob matches the delivery's repository; :func:`decide` reads the few fields a trigger needs
-with permissive models (unknown fields are ignored, the fields read must have their types) and
+with the permissive models of ``github_payload`` (unknown fields are ignored, the fields read
+must have their types) and
 returns a :class:`Plan`, or an :class:`Ignored` saying why nothing is done. Applying a plan is
 ``service.intake``'s, in one transaction.
 """
@@ -19,10 +20,18 @@ from datetime import datetime
 from fnmatch import fnmatchcase
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
-
 from ..config import GitHubRule
-from ..domain.errors import FieldProblem
+from .github_payload import (
+    Comment,
+    CommentEvent,
+    Issue,
+    IssuesEvent,
+    Label,
+    PullRequest,
+    PullRequestEvent,
+    Ref,
+    Repository,
+)
 
 EVENTS = frozenset({"issues", "issue_comment", "pull_request", "ping"})
 """The events handled; any other is answered 202 and ignored."""
@@ -101,106 +110,6 @@ def target_of(body: object) -> Target:
     if isinstance(org, dict) and isinstance(org.get("login"), str):
         return Target(None, org["login"])
     return Target(None, None)
-
-
-# --- the payload, as far as it is read ------------------------------------------------------
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-
-class User(_Model):
-    login: str
-
-
-class Label(_Model):
-    name: str
-
-
-class Repository(_Model):
-    full_name: str
-    html_url: str | None = None
-    url: str | None = None
-
-
-class Issue(_Model):
-    number: int
-    title: str
-    body: str | None = None
-    state: str = "open"
-    labels: list[Label] = []
-    user: User | None = None
-    author_association: str = "NONE"
-    html_url: str | None = None
-    url: str | None = None
-    updated_at: datetime
-    pull_request: dict[str, Any] | None = None
-    """Present when the issue is a pull request (comments on pull requests come as issues)."""
-
-
-class Comment(_Model):
-    id: int
-    body: str | None = None
-    user: User
-    author_association: str = "NONE"
-    html_url: str | None = None
-    url: str | None = None
-
-
-class Ref(_Model):
-    ref: str
-    sha: str
-
-
-class PullRequest(_Model):
-    number: int
-    title: str
-    body: str | None = None
-    state: str = "open"
-    draft: bool = False
-    labels: list[Label] = []
-    user: User | None = None
-    author_association: str = "NONE"
-    html_url: str | None = None
-    url: str | None = None
-    updated_at: datetime
-    head: Ref
-    base: Ref
-
-
-class IssuesEvent(_Model):
-    action: str
-    issue: Issue
-    label: Label | None = None
-    repository: Repository
-    sender: User
-
-
-class CommentEvent(_Model):
-    action: str
-    issue: Issue
-    comment: Comment
-    repository: Repository
-    sender: User
-
-
-class PullRequestEvent(_Model):
-    action: str
-    pull_request: PullRequest
-    label: Label | None = None
-    repository: Repository
-    sender: User
-
-
-def problems(exc: ValidationError) -> list[FieldProblem]:
-    """A payload's validation errors, each naming its field (``issue.number``)."""
-    out = []
-    for err in exc.errors(include_url=False, include_input=False):
-        loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"])
-        message = "required" if err["type"] == "missing" else str(err["msg"])
-        out.append(FieldProblem(loc.lstrip("."), message))
-    return out
 
 
 # --- what a delivery asks for ---------------------------------------------------------------
@@ -423,8 +332,8 @@ class _Builder:
 def decide(rule: GitHubRule, event: str, body: Mapping[str, Any]) -> Decision:
     """What a verified delivery of ``event`` asks for under ``rule``.
 
-    Raises ValidationError (see :func:`problems`) when a field it reads is missing or of the
-    wrong type."""
+    Raises ValidationError (see :func:`.github_payload.problems`) when a field it reads is
+    missing or of the wrong type."""
     if event == "ping":
         zen = body.get("zen")
         return Pong(zen if isinstance(zen, str) else None)

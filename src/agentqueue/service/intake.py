@@ -30,7 +30,7 @@ from ..config import GitHubRule
 from ..domain.errors import FieldProblem, InvalidInput
 from ..domain.models import Task
 from ..domain.states import Action, Request, TaskState
-from ..intake import github
+from ..intake import github, github_payload
 from ..spec import parse_specs
 from ..store import DedupKey, NewTask, Tx
 from ..store.base import IntakeSource
@@ -138,7 +138,7 @@ async def receive(
     try:
         decision = github.decide(rule, event, parsed)
     except ValidationError as exc:
-        found = github.problems(exc)
+        found = github_payload.problems(exc)
         return _problem(400, "; ".join(str(p) for p in found), *found)
     if isinstance(decision, github.Pong):
         log.info("GitHub ping %s for %s", delivery, target.repository or target.owner)
