@@ -36,7 +36,7 @@ from .domain.errors import ConfigError, FieldProblem
 from .domain.priority import DEFAULT_AGING_INTERVAL_SECS
 from .domain.retention import RetentionPolicy
 from .domain.retry import BackoffPolicy
-from .spec import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_TENANT
+from .spec import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_TENANT, check_name
 
 ENV_PREFIX = "AGENTQUEUE_"
 
@@ -404,6 +404,145 @@ class ApiSettings(_Section):
     """The longest ``?wait=`` a request may ask for."""
 
 
+GITHUB_ASSOCIATIONS = frozenset(
+    {
+        "OWNER",
+        "MEMBER",
+        "COLLABORATOR",
+        "CONTRIBUTOR",
+        "FIRST_TIME_CONTRIBUTOR",
+        "FIRST_TIMER",
+        "MANNEQUIN",
+        "NONE",
+    }
+)
+"""The values GitHub gives ``author_association``."""
+COMMAND_WORDS = frozenset({"cancel", "retry", "priority"})
+"""Comment commands with a built-in meaning, which ``commands`` cannot map to a task type."""
+_REPO_GLOB = re.compile(r"^[A-Za-z0-9_.*?\[\]!-]+/[A-Za-z0-9_.*?\[\]!-]+$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_WORD = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+
+
+def _type_name(value: str, what: str) -> str:
+    try:
+        return check_name(value, what)
+    except ValueError as exc:
+        raise ValueError(str(exc)) from None
+
+
+class GitHubRule(_Section):
+    """How webhook deliveries from matching repositories become tasks (R18).
+
+    A delivery is taken only if its ``X-Hub-Signature-256`` verifies with the secret in the
+    environment variable ``secret_env`` of a rule whose ``repository`` glob matches the
+    delivery's repository; the first such rule decides what the delivery does. The secret is
+    read from the environment when a delivery arrives: never from the file or the database.
+    """
+
+    repository: str
+    """``owner/name`` glob (``octo/*``, ``octo/api-?``), matched without regard to case."""
+    tenant: str
+    """The tenant of every task this rule makes."""
+    secret_env: str
+    """The environment variable holding the webhook's secret."""
+    labels: dict[str, str] = Field(default_factory=dict)
+    """A label added (or an issue or pull request opened with it) -> the task type it asks
+    for, e.g. ``"agent:fix" = "bugfix"``."""
+    commands: dict[str, str] = Field(default_factory=lambda: {"fix": "bugfix", "review": "review"})
+    """``/agent WORD`` (or a mention, ``@handle WORD``) in a new comment -> the task type it
+    asks for. ``cancel``, ``retry`` and ``priority`` are built in."""
+    mention: str | None = None
+    """A handle such as ``@agentqueue``: ``@agentqueue fix`` in a comment works as
+    ``/agent fix`` (none: only ``/agent`` commands)."""
+    authors: list[str] = Field(default_factory=lambda: ["OWNER", "MEMBER", "COLLABORATOR"])
+    """The ``author_association`` values whose comments, labels and pull requests are acted
+    on; anyone else's are ignored (answered and logged with the reason)."""
+    priority_labels: dict[str, int] = Field(
+        default_factory=lambda: {"priority:P0": 0, "priority:P1": 5, "priority:P2": 9}
+    )
+    """Labels that set the priority of the issue's or pull request's task."""
+    review_pull_requests: bool = True
+    """Review each pull request's head commit: on opened, reopened, ready_for_review and
+    synchronize (drafts wait for ready_for_review); a push cancels the review of the older
+    commit."""
+    review_task_type: str = "review"
+
+    @field_validator("repository")
+    @classmethod
+    def _repository(cls, value: str) -> str:
+        if not _REPO_GLOB.match(value):
+            raise ValueError("must be an owner/name glob such as octo/* or octo/api")
+        return value
+
+    @field_validator("tenant")
+    @classmethod
+    def _tenant(cls, value: str) -> str:
+        return _type_name(value, "tenant")
+
+    @field_validator("secret_env")
+    @classmethod
+    def _secret_env(cls, value: str) -> str:
+        if not _ENV_NAME.match(value):
+            raise ValueError("must be an environment variable name (the secret is never here)")
+        return value
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, value: dict[str, str]) -> dict[str, str]:
+        for label, task_type in value.items():
+            if not label.strip() or len(label) > 100:
+                raise ValueError(f"{label!r} is not a label name")
+            _type_name(task_type, f"the task type of {label!r}")
+        return value
+
+    @field_validator("commands")
+    @classmethod
+    def _commands(cls, value: dict[str, str]) -> dict[str, str]:
+        for word, task_type in value.items():
+            if not _WORD.match(word):
+                raise ValueError(f"{word!r} must be a lower-case word")
+            if word in COMMAND_WORDS:
+                raise ValueError(f"{word!r} is a built-in command")
+            _type_name(task_type, f"the task type of {word!r}")
+        return value
+
+    @field_validator("mention")
+    @classmethod
+    def _mention(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"@[A-Za-z0-9][A-Za-z0-9-]{0,38}", value):
+            raise ValueError("must be a GitHub handle such as @agentqueue")
+        return value
+
+    @field_validator("authors")
+    @classmethod
+    def _authors(cls, value: list[str]) -> list[str]:
+        unknown = [a for a in value if a not in GITHUB_ASSOCIATIONS]
+        if unknown:
+            known = ", ".join(sorted(GITHUB_ASSOCIATIONS))
+            raise ValueError(f"{unknown[0]!r} is not an author_association (one of {known})")
+        return value
+
+    @field_validator("priority_labels")
+    @classmethod
+    def _priority_labels(cls, value: dict[str, int]) -> dict[str, int]:
+        for label, priority in value.items():
+            if not 0 <= priority <= 9:
+                raise ValueError(f"the priority of {label!r} must be from 0 to 9")
+        return value
+
+    @field_validator("review_task_type")
+    @classmethod
+    def _review_type(cls, value: str) -> str:
+        return _type_name(value, "review_task_type")
+
+
+class IntakeSettings(_Section):
+    """Where work comes from besides direct submits: ``[[intake.github]]`` rules."""
+
+    github: list[GitHubRule] = Field(default_factory=list)
+
+
 class _Environment(EnvSettingsSource):
     """The environment, less ``AGENTQUEUE_API``: the URL of a server for the CLI, which would
     otherwise be read as the whole ``[api]`` section in JSON and refused."""
@@ -446,6 +585,7 @@ class Settings(BaseSettings):
     approval: ApprovalSettings = Field(default_factory=ApprovalSettings)
     pipelines: PipelineSettings = Field(default_factory=PipelineSettings)
     api: ApiSettings = Field(default_factory=ApiSettings)
+    intake: IntakeSettings = Field(default_factory=IntakeSettings)
 
     @model_validator(mode="after")
     def _known_rate_limits(self) -> Settings:

@@ -31,7 +31,7 @@ from task_states import fresh_name
 from agentqueue import AsyncQueue
 from agentqueue.api.app import UndeclaredPolicy, check_policies
 from agentqueue.api.auth import route_policy
-from agentqueue.api.problems import AUTH_CHALLENGE
+from agentqueue.api.problems import AUTH_CHALLENGE, SIGNATURE_CHALLENGE
 from agentqueue.domain import access
 from agentqueue.domain.access import Policy, Principal, Role
 from agentqueue.domain.deliveries import CALLBACK_KIND
@@ -251,6 +251,9 @@ RECIPES: dict[tuple[str, str], tuple[Policy, Recipe]] = {
     ("GET", "/v1/verify"): (ADMIN, _plain()),
     ("GET", "/v1/openapi.json"): (ANY_TOKEN, _plain()),
     ("GET", "/v1/docs"): (ANY_TOKEN, _plain()),
+    # Signed, not token-bearing: every token is refused 401 for want of a signature (the
+    # signature itself is tested in test_intake_github).
+    ("POST", "/v1/intake/github"): (access.GITHUB_WEBHOOK, _plain()),
 }
 """Each route's policy as this test expects it (a change to a route's policy is a change to
 who may do what, so it shows here), and how to call it successfully."""
@@ -258,6 +261,8 @@ who may do what, so it shows here), and how to call it successfully."""
 
 def expected_status(key: tuple[str, str], who: Principal, owned: bool, target: str) -> int:
     """What the route must answer ``who`` acting on something of tenant ``target``."""
+    if policy_of(key).signed is not None:
+        return 401  # a token is no signature
     if not policy_of(key).allows(who):
         return 403
     if owned and not who.every_tenant and who.tenant != target:
@@ -413,11 +418,12 @@ async def test_bad_credentials_are_refused_with_a_challenge(
         body={},
     )  # fmt: skip
     wrong = []
+    expected = AUTH_CHALLENGE if policy_of(key).signed is None else SIGNATURE_CHALLENGE
     async with server.async_client() as http:
         for what, headers in bad_credentials.items():
             answer = await _send(http, key, call, headers)
             challenge = answer.headers.get("www-authenticate")
-            if answer.status_code != 401 or challenge != AUTH_CHALLENGE:
+            if answer.status_code != 401 or challenge != expected:
                 wrong.append(f"{what}: {answer.status_code} challenge={challenge!r}")
             elif answer.headers["content-type"] != "application/problem+json":
                 wrong.append(f"{what}: 401 as {answer.headers['content-type']}")

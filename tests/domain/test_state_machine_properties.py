@@ -16,6 +16,7 @@ from agentqueue.domain.retry import BackoffPolicy, retry_limit
 from agentqueue.domain.states import (
     FENCED_ACTIONS,
     HOLD_APPROVAL,
+    IN_PLACE_ACTIONS,
     LIVE_STATES,
     TRANSITIONS,
     Action,
@@ -52,6 +53,7 @@ SOURCES: dict[Action, frozenset[TaskState]] = {
     Action.REQUEUE: frozenset({S.DEAD_LETTER, S.MANUAL_REVIEW}),
     Action.ARCHIVE: frozenset({S.DEAD_LETTER, S.MANUAL_REVIEW}),
     Action.CANCEL: LIVE_STATES,
+    Action.REPRIORITIZE: LIVE_STATES,
 }
 TARGETS: dict[Action, frozenset[TaskState]] = {
     Action.SUBMIT: frozenset(),
@@ -75,6 +77,7 @@ TARGETS: dict[Action, frozenset[TaskState]] = {
     Action.REQUEUE: frozenset({S.QUEUED}),
     Action.ARCHIVE: frozenset({S.ARCHIVED}),
     Action.CANCEL: frozenset({S.CANCELLED}),
+    Action.REPRIORITIZE: LIVE_STATES,  # in place: the state it started from
 }
 LEASE_FIELDS = ("lock_token", "locked_at", "heartbeat_at", "lease_expires_at", "assigned_to")
 TOKEN_POOL = [UUID(int=n) for n in range(1, 6)]
@@ -93,6 +96,7 @@ class Op:
     lease_ttl_secs: int
     spread: float
     actor: str
+    priority: int
 
 
 PARAMS = st.tuples(
@@ -104,6 +108,7 @@ PARAMS = st.tuples(
     st.integers(min_value=1, max_value=60),
     st.floats(min_value=0, max_value=1, exclude_max=True, allow_nan=False),
     st.sampled_from(["system", "scheduler", "ops-person", "worker-2"]),
+    st.integers(min_value=0, max_value=9),
 )
 
 # Without a bias towards actions that apply to the current state, most runs would end within a
@@ -174,6 +179,7 @@ def _request(task: Task, op: Op, now_offset: int) -> Request:
         backoff=BackoffPolicy(),
         spread=op.spread,
         tool_call=wait_call(task),
+        priority=op.priority,
     )
 
 
@@ -240,13 +246,22 @@ def test_every_transition_is_a_table_edge_and_anything_else_a_refusal(
             elif action in (Action.APPROVE, Action.REJECT) and before.hold != HOLD_APPROVAL:
                 # Only a guardrail's hold is released (or rejected) by a person's decision.
                 assert outcome.kind is RefusalKind.NOT_ALLOWED
+            elif action is Action.REPRIORITIZE:
+                # The same priority again, or P0 for a task without an idempotency key.
+                assert request.priority == before.priority or (
+                    request.priority == 0 and not before.idempotency_key
+                ), outcome
+                assert outcome.kind is RefusalKind.NOT_ALLOWED
             else:
                 # From a state the action applies to, only a time condition may refuse it.
                 assert _not_due(before, request), f"{action} refused: {outcome}"
                 assert outcome.kind is RefusalKind.NOT_DUE
             continue
         assert isinstance(outcome, Transition)
-        assert (outcome.from_state, outcome.to_state) in TRANSITIONS
+        if action in IN_PLACE_ACTIONS:
+            assert outcome.to_state is before.state
+        else:
+            assert (outcome.from_state, outcome.to_state) in TRANSITIONS
         assert outcome.from_state is before.state
         assert before.state in SOURCES[action]
         assert outcome.to_state in TARGETS[action]
@@ -275,7 +290,10 @@ def test_retry_count_never_exceeds_the_retry_limit(
     limit = retry_limit(task.max_retries, task.priority)
     assert limit == (min(task.max_retries, 3) if task.priority == 0 else task.max_retries)
     for step in walk(task, steps, data):
+        # The limit is the current priority's (REPRIORITIZE may change it): never passed
+        # except by retries made under a higher limit before the task became P0.
         assert step.after.retry_count <= limit
+        limit = max(limit, retry_limit(step.after.max_retries, step.after.priority))
 
 
 @WALK
@@ -283,9 +301,9 @@ def test_retry_count_never_exceeds_the_retry_limit(
 def test_failures_retry_with_backoff_while_retries_are_left_then_dead_letter(
     task: Task, steps: int, data: st.DataObject
 ) -> None:
-    limit = retry_limit(task.max_retries, task.priority)
     for step in walk(task, steps, data):
         before, after, action = step.before, step.after, step.request.action
+        limit = retry_limit(before.max_retries, before.priority)  # REPRIORITIZE may change it
         if not isinstance(step.outcome, Transition):
             continue
         if action is Action.FAIL and not step.request.retryable:
@@ -300,7 +318,7 @@ def test_failures_retry_with_backoff_while_retries_are_left_then_dead_letter(
                 assert after.retry_count == before.retry_count
         elif action is not Action.REQUEUE:
             assert after.retry_count == before.retry_count, f"{action} changed retry_count"
-        if after.state is S.RETRYING:
+        if after.state is S.RETRYING and action not in IN_PLACE_ACTIONS:  # entering it
             assert after.run_after is not None and after.run_after > step.request.now
 
 

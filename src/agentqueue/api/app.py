@@ -26,6 +26,7 @@ from ..queue import AsyncQueue
 from ..service.health import readiness
 from . import models
 from .auth import Authenticator, RateLimiter, guarded, retry_after, route_policy
+from .intake import router as intake_router
 from .middleware import BodyLimit, LastResort
 from .problems import on_agentqueue_error, on_http_error, on_validation_error, problem
 from .routes import router
@@ -133,6 +134,7 @@ def create_app(queue: AsyncQueue, *, own_queue: bool = False) -> FastAPI:
         )
 
     app.include_router(router)
+    app.include_router(intake_router)
     check_policies(app)
     app.add_middleware(LastResort)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)

@@ -135,7 +135,7 @@ def guarded(policy: Policy) -> dict[str, Any]:
     """Keyword arguments for a route decorator that declare and enforce ``policy`` (and refuse
     parameters that cannot be stored)."""
     extra = {POLICY_KEY: policy.to_json()}
-    if policy.public:
+    if policy.public or policy.signed is not None:
         return {"openapi_extra": extra}
     checks = [Depends(needs(policy)), Depends(storable_parameters)]
     return {"openapi_extra": extra, "dependencies": checks}

@@ -34,6 +34,8 @@ log = logging.getLogger("agentqueue.api")
 
 PROBLEM_TYPE = "application/problem+json"
 AUTH_CHALLENGE = 'Bearer realm="agentqueue"'
+SIGNATURE_CHALLENGE = 'HMAC-SHA256 realm="agentqueue", header="X-Hub-Signature-256"'
+"""The challenge of a webhook route, which takes a signed body instead of a token."""
 
 TITLES = {
     400: "Bad request",

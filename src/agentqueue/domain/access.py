@@ -68,11 +68,16 @@ class Policy:
     also: tuple[Role, ...] = ()
     every_tenant: bool = False
     public: bool = False
+    signed: str | None = None
+    """The header whose signature of the body authenticates the request (a webhook): no
+    token is taken, so no token's role allows it; the route checks the signature itself."""
 
     def allows(self, who: Principal) -> bool:
         """Whether ``who`` may call the route."""
         if self.public:
             return True
+        if self.signed is not None:
+            return False
         if self.every_tenant and not who.every_tenant:
             return False
         if who.role in self.also:
@@ -88,6 +93,7 @@ class Policy:
             "also": [r.value for r in self.also],
             "every_tenant": self.every_tenant,
             "public": self.public,
+            "signed": self.signed,
         }
 
     @staticmethod
@@ -101,12 +107,15 @@ class Policy:
             also=tuple(Role(str(r)) for r in also),
             every_tenant=bool(value.get("every_tenant")),
             public=bool(value.get("public")),
+            signed=str(value["signed"]) if value.get("signed") else None,
         )
 
     def describe(self) -> str:
         """In words, for errors and the route table."""
         if self.public:
             return "no token"
+        if self.signed is not None:
+            return f"a body signed in {self.signed} (no token)"
         names = [f"{self.least.value} or above"] if self.least else []
         names += [r.value for r in self.also]
         text = " or ".join(names)
@@ -121,6 +130,8 @@ OPERATOR = Policy(Role.OPERATOR)
 TOOL_RESULTS = Policy(Role.OPERATOR, also=(Role.WORKER,))
 EVERY_TENANT_OPERATOR = Policy(Role.OPERATOR, every_tenant=True)
 ADMIN = Policy(Role.ADMIN)
+GITHUB_WEBHOOK = Policy(signed="X-Hub-Signature-256")
+"""GitHub deliveries: authenticated by the webhook secret's signature, never by a token."""
 
 
 @dataclass(frozen=True)

@@ -74,6 +74,12 @@ class Action(StrEnum):
     REQUEUE = "requeue"
     ARCHIVE = "archive"
     CANCEL = "cancel"
+    REPRIORITIZE = "reprioritize"
+
+
+IN_PLACE_ACTIONS = frozenset({Action.REPRIORITIZE})
+"""Actions that change a task without moving it: the task stays in its state (not an edge of
+TRANSITIONS), and the change is audited like any other."""
 
 
 BULK_ACTIONS: Mapping[Action, tuple[TaskState, TaskState]] = {
@@ -176,6 +182,8 @@ class Request:
     for anything else is refused (a dependency step never releases an approval hold)."""
     rule: str | None = None
     """BLOCK: the guardrail that asked for approval (recorded in the event)."""
+    priority: int | None = None
+    """REPRIORITIZE: the task's new priority (0-9)."""
     agent: str | None = None
     """ADMIT, and REQUEUE with an assignee: the agent routing chose (None: any executor serving
     the task's type)."""
@@ -249,7 +257,10 @@ def decide(task: Task, request: Request) -> Transition | Refusal:
         if fenced is not None:
             return fenced
     outcome = handler(task, request)
-    if isinstance(outcome, Transition) and not allowed(outcome.from_state, outcome.to_state):
+    if isinstance(outcome, Transition) and not (
+        allowed(outcome.from_state, outcome.to_state)
+        or (request.action in IN_PLACE_ACTIONS and outcome.from_state is outcome.to_state)
+    ):
         # A decider bug must never reach a store.
         raise AssertionError(f"decided a forbidden edge {outcome.from_state} -> {outcome.to_state}")
     return outcome
@@ -714,6 +725,33 @@ def _cancel(task: Task, request: Request) -> Transition | Refusal:
     )
 
 
+def _reprioritize(task: Task, request: Request) -> Transition | Refusal:
+    # Allowed while the task is live, whatever it is doing: the priority orders admission and
+    # claims, the P0 lane and preemption, and any retry or requeue still to come. A finished
+    # task has nothing left for a priority to order.
+    if task.state.terminal:
+        return _not_from(task, request)
+    new = request.priority
+    if new is None or not 0 <= new <= 9:
+        raise ValueError("a reprioritization needs a new priority from 0 to 9")
+    if new == task.priority:
+        return _refuse(
+            task, request, RefusalKind.NOT_ALLOWED, f"the task already has priority {new}"
+        )
+    if new == 0 and not task.idempotency_key:
+        # SPEC section 1: a P0 task carries an idempotency key, however it became P0.
+        return _refuse(task, request, RefusalKind.NOT_ALLOWED, "a P0 task needs an idempotency key")
+    why = request.reason or f"priority {task.priority} -> {new} by {request.actor}"
+    return _edge(
+        task,
+        request,
+        task.state,
+        {"priority": new},
+        reason=why,
+        data={"priority": new, "previous_priority": task.priority},
+    )
+
+
 _DECIDERS = {
     Action.BLOCK: _block,
     Action.UNBLOCK: _unblock,
@@ -735,6 +773,7 @@ _DECIDERS = {
     Action.REQUEUE: _requeue,
     Action.ARCHIVE: _archive,
     Action.CANCEL: _cancel,
+    Action.REPRIORITIZE: _reprioritize,
 }
 
 _PAST = {
@@ -759,4 +798,5 @@ _PAST = {
     Action.REQUEUE: "requeued (only dead letters and tasks in review can)",
     Action.ARCHIVE: "archived (only dead letters and tasks in review can)",
     Action.CANCEL: "cancelled",
+    Action.REPRIORITIZE: "given another priority",
 }

@@ -12,7 +12,7 @@ from ..domain.models import Task, default_timeout
 from ..domain.states import TaskState
 from ..ids import new_task_id
 from ..spec import TaskSpec, parse_specs
-from ..store import DedupKey
+from ..store import DedupKey, NewTask
 from .records import ADMITTER, new_record
 from .runtime import Runtime
 
@@ -235,6 +235,27 @@ async def _paused_types(rt: Runtime) -> frozenset[str]:
     return await rt.paused_types()
 
 
+def _record(rt: Runtime, spec: TaskSpec, kind: str, paused: frozenset[str]) -> NewTask:
+    """The new task of ``spec`` with its first events: held if its pipeline holds it, else
+    admitted at once when admission would take it now."""
+    task = build_task(rt, spec, kind)
+    pipeline = rt.pipelines.get(kind)
+    assert pipeline is not None  # chosen by _through_pipelines
+    hold = pipeline.hold_new(task)
+    admit = hold is None and admissible_at_submit(rt, task, paused)
+    return new_record(task, spec.requested_by, ADMITTER if admit else None, hold)
+
+
+async def new_records(rt: Runtime, specs: Sequence[TaskSpec]) -> list[NewTask]:
+    """What a submit of ``specs`` would insert, for a caller that inserts it in a transaction
+    of its own (with whatever else that transaction writes): each spec through its pipeline
+    (checked, and held or admitted as at submit). InvalidInput names what a pipeline refuses.
+    Dedup is the caller's: the insert skips a task a uniqueness rule refuses."""
+    checked, kinds = _through_pipelines(rt, specs, single=True)
+    paused = await _paused_types(rt)
+    return [_record(rt, spec, kind, paused) for spec, kind in zip(checked, kinds, strict=True)]
+
+
 async def _submit_chunk(
     rt: Runtime,
     specs: Sequence[TaskSpec],
@@ -245,14 +266,7 @@ async def _submit_chunk(
     remaining = chunk
     paused = await _paused_types(rt)
     for _attempt in range(5):
-        records = {}
-        for i in remaining:
-            task = build_task(rt, specs[i], kinds[i])
-            pipeline = rt.pipelines.get(kinds[i])
-            assert pipeline is not None  # chosen by _through_pipelines
-            hold = pipeline.hold_new(task)
-            admit = hold is None and admissible_at_submit(rt, task, paused)
-            records[i] = new_record(task, specs[i].requested_by, ADMITTER if admit else None, hold)
+        records = {i: _record(rt, specs[i], kinds[i], paused) for i in remaining}
         inserted = await rt.store.insert_tasks(list(records.values()))
         for i, record in records.items():
             if record.task.id in inserted:

@@ -271,6 +271,21 @@ class DeliveryFilter:
 
 
 @dataclass(frozen=True)
+class IntakeSource:
+    """What the GitHub intake keeps per issue or pull request to treat deliveries that arrive
+    out of order as if in order: its open/closed ``state`` and its head commit last seen, each
+    with the issue's or pull request's ``updated_at`` at the event that set it (None: unseen)."""
+
+    tenant: str
+    source: str
+    source_id: str
+    state: str | None = None
+    state_at: datetime | None = None
+    head_sha: str | None = None
+    head_at: datetime | None = None
+
+
+@dataclass(frozen=True)
 class Purge:
     """A dead letter to delete (R8 retention) with the event that ends its chain; it holds only
     if the task is still a dead letter at audit position ``expected_event_seq``."""
@@ -514,7 +529,50 @@ class RetentionTx(Protocol):
         ...
 
 
-class Tx(TaskTx, DependencyTx, AdmissionTx, PlanningTx, ToolTx, OutboxTx, RetentionTx, Protocol):
+class IntakeTx(Protocol):
+    """What a webhook delivery does in its one transaction (R18)."""
+
+    async def claim_delivery(self, delivery_id: str, event: str, at: datetime) -> bool:
+        """Record the delivery id; False if it was recorded already (by a committed twin: a
+        racing one is waited for)."""
+        ...
+
+    async def delivery_answer(self, delivery_id: str) -> dict[str, Any] | None:
+        """The answer recorded for a delivery, if it is recorded."""
+        ...
+
+    async def record_delivery_answer(self, delivery_id: str, answer: Mapping[str, Any]) -> None:
+        """Keep the answer a claimed delivery got."""
+        ...
+
+    async def lock_intake_source(self, tenant: str, source: str, source_id: str) -> IntakeSource:
+        """The ordering state of one issue or pull request (empty if new), locked."""
+        ...
+
+    async def save_intake_source(self, state: IntakeSource) -> None:
+        """Write the ordering state locked with :meth:`lock_intake_source`."""
+        ...
+
+    async def lock_live_by_source(self, tenant: str, source: str, source_id: str) -> list[Task]:
+        """The source's live tasks, locked, oldest first."""
+        ...
+
+    async def insert_tasks(self, new: Sequence[NewTask]) -> dict[UUID, int]:
+        """Insert what does not conflict (as Store.insert_tasks), inside this transaction."""
+        ...
+
+
+class Tx(
+    TaskTx,
+    DependencyTx,
+    AdmissionTx,
+    PlanningTx,
+    ToolTx,
+    OutboxTx,
+    RetentionTx,
+    IntakeTx,
+    Protocol,
+):
     """Operations inside one write transaction. Reads here lock what they return."""
 
 

@@ -48,8 +48,6 @@ from .rows import (
     delivery_record_from_row,
     dump,
     event_from_row,
-    event_rows,
-    new_task_rows,
     record_from_row,
     stored_event_from_row,
     task_from_row,
@@ -166,11 +164,8 @@ class SQLStore(QueryOps):
         """Insert what does not conflict, with the events of the rows inserted."""
         if not new:
             return {}
-        rows = dump(new_task_rows(new, self.codec))
-        events = dump(event_rows([e for n in new for e in n.events], self.codec))
         async with self._d.write() as s:
-            found = await s.fetch("insert_tasks", {"rows": rows, "events": events})
-        return {self.codec.uuid(row["id"]): row["seq"] for row in found}
+            return await self._insert_tasks(s, new)
 
     async def heartbeat(
         self, leases: Sequence[Lease], now: datetime, ttl_secs: float, grace_secs: float

@@ -18,7 +18,9 @@ from .base import (
     CandidateQuery,
     Change,
     DeliveryResult,
+    IntakeSource,
     LoadRow,
+    NewTask,
     OutboxItem,
     OutboxRow,
     Purge,
@@ -32,6 +34,7 @@ from .rows import (
     dump,
     event_rows,
     log_rows,
+    new_task_rows,
     outbox_from_row,
     outbox_rows,
     purge_rows,
@@ -51,6 +54,14 @@ class QueryOps:
 
     async def _tasks(self, s: Session, query: str, **values: Any) -> list[Task]:
         return [task_from_row(row, self.codec) for row in await s.fetch(query, self._p(**values))]
+
+    async def _insert_tasks(self, s: Session, new: Sequence[NewTask]) -> dict[UUID, int]:
+        if not new:
+            return {}
+        rows = dump(new_task_rows(new, self.codec))
+        events = dump(event_rows([e for n in new for e in n.events], self.codec))
+        found = await s.fetch("insert_tasks", {"rows": rows, "events": events})
+        return {self.codec.uuid(row["id"]): row["seq"] for row in found}
 
     async def _admit(self, s: Session, p: AdmitParams, orders_in_sql: bool) -> list[UUID]:
         params = self._p(
@@ -271,3 +282,52 @@ class SQLTx(QueryOps):
         events = dump(event_rows([p.event for p in items], self.codec))
         found = await self._s.fetch("purge", {"rows": rows, "events": events})
         return {self.codec.uuid(row["id"]) for row in found}
+
+    # --- GitHub intake (R18) --------------------------------------------------------------
+
+    async def claim_delivery(self, delivery_id: str, event: str, at: datetime) -> bool:
+        """One insert that skips a recorded id."""
+        params = self._p(delivery_id=delivery_id, event=event, received_at=at)
+        return bool(await self._s.fetch("claim_intake_delivery", params))
+
+    async def delivery_answer(self, delivery_id: str) -> dict[str, Any] | None:
+        """One read by key."""
+        rows = await self._s.fetch("intake_delivery_answer", {"delivery_id": delivery_id})
+        if not rows:
+            return None
+        answer = self.codec.json_in(rows[0]["answer"])
+        return dict(answer) if isinstance(answer, dict) else {}
+
+    async def record_delivery_answer(self, delivery_id: str, answer: Mapping[str, Any]) -> None:
+        """One update by key."""
+        params = {"delivery_id": delivery_id, "answer": dump(dict(answer))}
+        await self._s.execute("record_intake_answer", params)
+
+    async def lock_intake_source(self, tenant: str, source: str, source_id: str) -> IntakeSource:
+        """An upsert that returns (and, on PostgreSQL, locks) the row."""
+        params = {"tenant": tenant, "source": source, "source_id": source_id}
+        [row] = await self._s.fetch("lock_intake_source", params)
+        return record_from_row(IntakeSource, row, self.codec)
+
+    async def save_intake_source(self, state: IntakeSource) -> None:
+        """One update by key."""
+        params = self._p(
+            tenant=state.tenant,
+            source=state.source,
+            source_id=state.source_id,
+            state=state.state,
+            state_at=state.state_at,
+            head_sha=state.head_sha,
+            head_at=state.head_at,
+        )
+        await self._s.execute("save_intake_source", params)
+
+    async def lock_live_by_source(self, tenant: str, source: str, source_id: str) -> list[Task]:
+        """Live tasks of one source, locked."""
+        return await self._tasks(
+            self._s, "lock_live_by_source", tenant=tenant, source=source, source_id=source_id
+        )
+
+    async def insert_tasks(self, new: Sequence[NewTask]) -> dict[UUID, int]:
+        """The store's insert, as a step of this transaction."""
+        return await self._insert_tasks(self._s, new)
