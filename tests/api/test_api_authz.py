@@ -34,8 +34,8 @@ from agentqueue.api.auth import route_policy
 from agentqueue.api.problems import AUTH_CHALLENGE, SIGNATURE_CHALLENGE
 from agentqueue.domain import access
 from agentqueue.domain.access import Policy, Principal, Role
-from agentqueue.domain.deliveries import CALLBACK_KIND
-from agentqueue.store.base import DeliveryFilter, OutboxItem
+from agentqueue.domain.deliveries import CALLBACK_KIND, Delivery
+from agentqueue.store.base import DeliveryFilter
 
 OWN, OTHER = "alpha", "beta"
 ROLES = [Role.SUBMITTER, Role.APPROVER, Role.OPERATOR, Role.ADMIN, Role.WORKER]
@@ -108,7 +108,7 @@ class Fixtures:
     async def delivery(self, tenant: str) -> int:
         """A pending callback delivery about a task of ``tenant``."""
         task = await task_states.queued(self.q, tenant)
-        item = OutboxItem(
+        item = Delivery(
             CALLBACK_KIND,
             task.id,
             tenant,

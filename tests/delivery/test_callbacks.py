@@ -235,9 +235,9 @@ async def test_the_request_goes_to_the_address_that_was_checked(
 
 
 async def _store_callback(q: AsyncQueue, task: Task, url: str) -> None:
-    from agentqueue.store.base import OutboxItem
+    from agentqueue.domain.deliveries import Delivery
 
-    item = OutboxItem(
+    item = Delivery(
         CALLBACK_KIND, task.id, task.tenant, task.event_seq + 100, url, {}, task.updated_at
     )
     async with q.store.transaction() as tx:

@@ -35,11 +35,11 @@ from agentqueue import (
 from agentqueue.config import Settings, load_settings
 from agentqueue.domain.alerts import ALERT_KIND, dead_letter_alert, redact
 from agentqueue.domain.audit import GENESIS, PURGE_ACTION, StoredEvent, check_chain, data_text
+from agentqueue.domain.deliveries import Delivery
 from agentqueue.domain.models import LogRecord
 from agentqueue.domain.retention import RetentionPolicy, purge_due, purge_event
 from agentqueue.domain.states import Action, Request
 from agentqueue.service.records import decide_and_apply
-from agentqueue.store.base import OutboxItem
 
 URL_SECRET = "url-secret-4f1e"
 PAYLOAD_SECRET = "payload-secret-9a7c"
@@ -393,7 +393,7 @@ async def test_the_same_alert_written_twice_is_stored_once(
     queue: AsyncQueue, clock: ManualClock, db_url: str
 ) -> None:
     task = await dead_letter(queue)
-    item = OutboxItem(ALERT_KIND, task.id, task.tenant, task.event_seq, None, {}, clock.now())
+    item = Delivery(ALERT_KIND, task.id, task.tenant, task.event_seq, None, {}, clock.now())
     async with queue.store.transaction() as tx:
         assert await tx.enqueue_outbox([item, item]) == 0
     assert len(outbox(db_url)) == 1

@@ -10,7 +10,7 @@ from uuid import UUID
 
 from ..domain.alerts import ALERT_KIND
 from ..domain.audit import GENESIS, chained_event
-from ..domain.deliveries import deliveries_for
+from ..domain.deliveries import Delivery, deliveries_for
 from ..domain.errors import Conflict
 from ..domain.models import Event, Task
 from ..domain.states import (
@@ -31,7 +31,6 @@ from ..store.base import (
     CHANNEL_QUEUED,
     CHANNEL_REVOKED,
     CHANNEL_TOOLS,
-    OutboxItem,
 )
 from .runtime import Runtime
 
@@ -164,22 +163,12 @@ async def store_deliveries(tx: Tx, changes: Sequence[Change]) -> None:
     written through :func:`apply_decisions`, so this sees every path into an end; the set-wise
     completion writes only tasks that call for none (``needs_delivery``). Deliverers are woken
     at commit when something new was stored."""
-    items: list[OutboxItem] = []
+    items: list[Delivery] = []
     for change in changes:
         for delivery in deliveries_for(change.task, change.event):
             if delivery.kind == ALERT_KIND:
                 _log_alert(change.task, delivery.body)
-            items.append(
-                OutboxItem(
-                    kind=delivery.kind,
-                    task_id=delivery.task_id,
-                    tenant=delivery.tenant,
-                    event_seq=delivery.event_seq,
-                    url=delivery.url,
-                    body=delivery.body,
-                    created_at=delivery.at,
-                )
-            )
+            items.append(delivery)
     if items and await tx.enqueue_outbox(items):
         await tx.notify(CHANNEL_OUTBOX)
 

@@ -16,7 +16,7 @@ from uuid import UUID
 
 from ..domain.access import TokenRecord
 from ..domain.audit import StoredEvent
-from ..domain.deliveries import DeliveryRecord
+from ..domain.deliveries import Delivery, DeliveryRecord
 from ..domain.models import Event, LogRecord, Task
 from ..domain.schedule import Schedule
 from ..domain.states import BulkEvent, TaskState
@@ -208,21 +208,6 @@ class PausedType:
             data["paused_by"],
             data.get("reason", ""),
         )
-
-
-@dataclass(frozen=True)
-class OutboxItem:
-    """A delivery to make (``kind`` ``alert``: R8), written in the transaction of the change
-    that calls for it. At most one per (kind, task, audit position): writing it again is a
-    no-op. ``url`` None means the destination configured for its kind when it is sent."""
-
-    kind: str
-    task_id: UUID
-    tenant: str
-    event_seq: int
-    url: str | None
-    body: Mapping[str, Any]
-    created_at: datetime
 
 
 @dataclass(frozen=True)
@@ -464,7 +449,7 @@ class ToolTx(Protocol):
 class OutboxTx(Protocol):
     """Deliveries (alerts, callbacks) written with the change that calls for them (R8)."""
 
-    async def enqueue_outbox(self, items: Sequence[OutboxItem]) -> int:
+    async def enqueue_outbox(self, items: Sequence[Delivery]) -> int:
         """Store deliveries to make, due at once, skipping any already stored for the same
         (kind, task, audit position); return how many were new."""
         ...

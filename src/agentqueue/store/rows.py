@@ -16,11 +16,11 @@ from uuid import UUID
 
 from ..domain.access import Role
 from ..domain.audit import StoredEvent, data_text
-from ..domain.deliveries import DeliveryAttempt, DeliveryRecord
+from ..domain.deliveries import Delivery, DeliveryAttempt, DeliveryRecord
 from ..domain.models import Event, LogRecord, Task
 from ..domain.schedule import CatchUp
 from ..domain.states import TaskState
-from .base import Bucket, Change, DeliveryResult, NewTask, OutboxItem, OutboxRow, Purge, TaskHead
+from .base import Bucket, Change, DeliveryResult, NewTask, OutboxRow, Purge, TaskHead
 
 R = TypeVar("R")
 
@@ -265,7 +265,7 @@ def event_from_row(row: Row, codec: Codec) -> Event:
 # --- Dead letter retention and alerts ------------------------------------------------------
 
 
-def outbox_rows(items: Sequence[OutboxItem], codec: Codec) -> list[dict[str, Any]]:
+def outbox_rows(items: Sequence[Delivery], codec: Codec) -> list[dict[str, Any]]:
     """One object per delivery to store; ``body`` travels as JSON text."""
     return [
         {
@@ -275,7 +275,7 @@ def outbox_rows(items: Sequence[OutboxItem], codec: Codec) -> list[dict[str, Any
             "tenant": i.tenant,
             "url": i.url,
             "body": json.dumps(dict(i.body), separators=(",", ":"), ensure_ascii=False),
-            "created_at": codec.time_out(i.created_at),
+            "created_at": codec.time_out(i.at),
         }
         for i in items
     ]

@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID, uuid4
 
+from ..domain.deliveries import Delivery
 from ..domain.models import LogRecord, Task
 from ..domain.priority import order_key
 from ..domain.states import BulkEvent, TaskState
@@ -21,7 +22,6 @@ from .base import (
     IntakeSource,
     LoadRow,
     NewTask,
-    OutboxItem,
     OutboxRow,
     Purge,
 )
@@ -227,7 +227,7 @@ class SQLTx(QueryOps):
 
     # --- outbox and retention -------------------------------------------------------------
 
-    async def enqueue_outbox(self, items: Sequence[OutboxItem]) -> int:
+    async def enqueue_outbox(self, items: Sequence[Delivery]) -> int:
         """Insert the deliveries not already stored."""
         if not items:
             return 0

@@ -7,19 +7,20 @@ import asyncio
 from datetime import datetime, timedelta
 
 from agentqueue import ManualClock
+from agentqueue.domain.deliveries import Delivery
 from agentqueue.domain.models import LogRecord, Task
 from agentqueue.domain.retention import RetentionPolicy, purge_event
 from agentqueue.domain.states import TaskState
 from agentqueue.service.runtime import Runtime
 from agentqueue.store import Store
-from agentqueue.store.base import DeliveryFilter, DeliveryResult, OutboxItem, OutboxRow, Purge
+from agentqueue.store.base import DeliveryFilter, DeliveryResult, OutboxRow, Purge
 
 from .conftest import claimed, insert, lapse, snapshot
 
 
-def item(task: Task, seq: int, at: datetime, kind: str = "alert") -> OutboxItem:
+def item(task: Task, seq: int, at: datetime, kind: str = "alert") -> Delivery:
     """A delivery of ``kind`` for ``task`` at audit position ``seq``."""
-    return OutboxItem(kind, task.id, task.tenant, seq, None, {"seq": seq}, at)
+    return Delivery(kind, task.id, task.tenant, seq, None, {"seq": seq}, at)
 
 
 async def test_enqueue_outbox_stores_each_delivery_once(
