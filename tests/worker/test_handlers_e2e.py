@@ -33,10 +33,18 @@ async def test_handlers_complete_fail_dead_letter_and_keep_logs(
     ).task
     fatal = (await live_queue.submit(title="fatal", task_type="fail")).task
     bad = (await live_queue.submit(title="bad", task_type="bad_result")).task
+    once = (await live_queue.submit(title="once", task_type="fail_once", max_retries=1)).task
     worker = start_worker("--concurrency", "4")
-    await wait_for(live_queue, lambda c: settled(c, 4), what="all four to settle")
+    await wait_for(live_queue, lambda c: settled(c, 5), what="all five to settle")
     worker.signal(signal.SIGTERM)
     assert worker.wait() == 0, worker.output()
+    # The summary counts tasks by how they ended (the one that failed once then completed is
+    # completed) and, apart, the failed attempts that went back to retry.
+    assert (
+        "stopped: 5 tasks: 2 completed, 2 failed for good, 1 dead-lettered; "
+        "2 attempts failed and went back to retry"
+    ) in worker.output(), worker.output()
+    assert (await live_queue.get(once.id)).state is S.COMPLETED
 
     done = await live_queue.get(ok.id)
     assert done.state is S.COMPLETED and done.result == {"slept": 0.05, "tenant": "default"}

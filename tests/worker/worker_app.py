@@ -64,6 +64,13 @@ def fail(task: Task, ctx: TaskContext) -> None:
     raise Fatal("cannot be done")
 
 
+@queue.handler("fail_once")
+def fail_once(task: Task, ctx: TaskContext) -> str:
+    if ctx.attempt == 1:
+        raise Retryable("first attempt fails")
+    return "second attempt"
+
+
 @queue.handler("bad_result")
 def bad_result(task: Task, ctx: TaskContext) -> Any:
     return {"not json": object()}

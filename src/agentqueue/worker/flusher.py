@@ -23,6 +23,7 @@ from ..supervise import Outage, Supervisor
 log = logging.getLogger("agentqueue.worker")
 
 Finish = Callable[[list[Outcome], list[LogRecord]], Awaitable[dict[UUID, Task | Refusal]]]
+Recorded = Callable[[Sequence[Outcome], dict[UUID, Task | Refusal]], None]
 
 OUTCOMES_PER_BATCH = 500
 LOGS_PER_BATCH = 2000
@@ -31,8 +32,15 @@ LOGS_PER_BATCH = 2000
 class OutcomeFlusher:
     """Gathers outcomes and writes them with ``finish``."""
 
-    def __init__(self, finish: Finish, jobs: Supervisor, in_flight: int = 2) -> None:
+    def __init__(
+        self,
+        finish: Finish,
+        jobs: Supervisor,
+        in_flight: int = 2,
+        on_recorded: Recorded | None = None,
+    ) -> None:
         self.finish = finish
+        self.on_recorded = on_recorded
         self.jobs = jobs
         self.in_flight = in_flight
         self.outcomes: list[Outcome] = []
@@ -127,6 +135,8 @@ class OutcomeFlusher:
         for task_id, answer in done.items():
             if isinstance(answer, Refusal):
                 log.info("outcome for task %s not recorded: %s", task_id, answer.message)
+        if self.on_recorded is not None:
+            self.on_recorded(batch, done)
 
     async def _write_apart(self, batch: list[Outcome], logs: list[LogRecord]) -> float:
         """Write each outcome, then the logs, on its own. One that still cannot be written is

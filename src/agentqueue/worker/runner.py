@@ -43,6 +43,7 @@ from .notices import NoticeRouter, Wakeups
 from .port import WorkQueue
 from .preemption import Preemptor
 from .running import Running
+from .summary import RunSummary
 from .tools import ToolRunner
 
 log = logging.getLogger("agentqueue.worker")
@@ -149,7 +150,11 @@ class Worker:
             on_dry=self._scheduler_wake,
             on_claimed=self._wake.set,
         )
-        self.flusher = OutcomeFlusher(self._finish, self.jobs, options.flushes_in_flight)
+        self.summary = RunSummary()
+        """How the tasks this worker claimed ended in its run."""
+        self.flusher = OutcomeFlusher(
+            self._finish, self.jobs, options.flushes_in_flight, self.summary.recorded
+        )
         self.lease_keeper = LeaseKeeper(
             self._heartbeat,
             self._running,
@@ -189,8 +194,6 @@ class Worker:
             ),
             self.jobs,
         )
-        self._stats = {"completed": 0, "failed": 0, "released": 0, "revoked": 0, "waiting": 0,
-                       "preempted": 0}  # fmt: skip
 
     # --- control ------------------------------------------------------------------------------
 
@@ -209,14 +212,26 @@ class Worker:
 
     @property
     def stats(self) -> dict[str, int]:
-        """What this worker did so far: tasks claimed, attempts by how they ended, attempts
-        the lease guard stopped, tool calls run."""
+        """What this worker did so far: tasks claimed and how they ended (see
+        :class:`RunSummary`), claims made, attempts the lease guard stopped, tool calls run."""
         return {
-            "claimed": self.claimer.claimed,
-            **self._stats,
+            **self.summary.counts(),
+            "claims": self.claimer.claimed,
             "guarded": self.lease_keeper.guarded,
             "tool_calls": self.tool_runner.calls,
         }
+
+    def summary_line(self) -> str:
+        """The run's summary in words, as printed when the worker stops."""
+        extra = [
+            f"{n} {what}"
+            for n, what in (
+                (self.lease_keeper.guarded, "stopped by the lease guard"),
+                (self.tool_runner.calls, "tool calls run"),
+            )
+            if n
+        ]
+        return "; ".join([self.summary.line(), *extra])
 
     def request_heartbeat(self, task_id: UUID) -> None:
         """Heartbeat soon (a handler asked to renew its lease)."""
@@ -311,7 +326,7 @@ class Worker:
                 if close is not None:
                     close()
             self._stopped.set()
-            log.info("worker %s stopped: %s", self.id, self.stats)
+            log.info("worker %s stopped: %s", self.id, self.summary_line())
         jobs.check()
 
     def _start(self, task: Task, executor: Executor, claimed_at: float) -> None:
@@ -337,6 +352,7 @@ class Worker:
             save_checkpoint=save_checkpoint,
         )
         running = Running(task, executor, control, renewed_at=claimed_at)
+        self.summary.claimed(task)
         self._running[task.id] = running
         running.job = self.jobs.start(self._attempt(running), f"agentqueue-{task.id}")
 
@@ -370,22 +386,19 @@ class Worker:
         assert task.lock_token is not None
         if result.end is AttemptEnd.CANCELLED:
             if control.cancel_reason == SHUTDOWN:
-                self._stats["released"] += 1
                 return Outcome(
                     task.id, task.lock_token, OutcomeKind.RELEASED, reason=SHUTDOWN, claimed=task
                 )
             # Revoked, cancelled, lease lost, or stopped by the lease guard: the task is not
             # ours any more (or soon will not be), so nothing is reported.
-            self._stats["revoked"] += 1
+            self.summary.no_outcome(task)
             return None
         if result.end is AttemptEnd.COMPLETED:
-            self._stats["completed"] += 1
             return Outcome(
                 task.id, task.lock_token, OutcomeKind.COMPLETED, result=result.result, claimed=task
             )
         kept = {"checkpoint": result.checkpoint, "checkpointed": result.checkpointed}
         if result.end is AttemptEnd.WAITING_TOOL and result.tool_call is not None:
-            self._stats["waiting"] += 1
             call = result.tool_call
             return Outcome(
                 task.id,
@@ -401,7 +414,6 @@ class Worker:
                 **kept,
             )
         if result.end is AttemptEnd.PREEMPTED:
-            self._stats["preempted"] += 1
             return Outcome(
                 task.id,
                 task.lock_token,
@@ -410,7 +422,6 @@ class Worker:
                 claimed=task,
                 **kept,
             )
-        self._stats["failed"] += 1
         return Outcome(
             task.id,
             task.lock_token,
