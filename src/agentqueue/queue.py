@@ -48,7 +48,7 @@ from .service.reads import Stats, TaskPage
 from .service.runtime import Runtime
 from .service.submit import SubmitResult
 from .spec import TaskSpec, check_name
-from .store import DEFAULT_URL, Lease, Store, make_store
+from .store import DEFAULT_URL, Lease, Store, describe_url, make_store
 from .store.base import LeaderInfo, PausedType
 from .supervise import Supervisor, until_reachable
 from .worker.assemble import build_executors
@@ -542,10 +542,12 @@ class AsyncQueue:
         run_scheduler: bool = True,
         grace_secs: float | None = None,
         deliver_before_exit: bool = False,
+        origin: str = "",
     ) -> Worker:
         """A worker for this queue's handlers and configured agents (see ``run_worker``).
         ``deliver_before_exit``: once stopped, try each delivery due then once before
-        returning (``--until-idle``)."""
+        returning (``--until-idle``). ``origin``: where the database and settings came
+        from, said in the start line."""
         conf = self.settings.worker
         options = WorkerOptions(
             worker_id=worker_id or default_worker_id(),
@@ -567,6 +569,8 @@ class AsyncQueue:
             preempt_after_secs=self.settings.preemption.after_secs,
             preempt_min_priority=self.settings.preemption.min_priority,
             deliver_before_exit=deliver_before_exit,
+            database=describe_url(self.url),
+            origin=origin,
         )
         holder: list[Worker] = []
         executors = build_executors(

@@ -46,6 +46,36 @@ def _load_app(spec: str) -> Any:
     return app
 
 
+def _origin(ctx: click.Context, app: str | None) -> str:
+    """Where a worker's database URL and settings came from, for its start line: the option
+    or variable that won, and a config file's ``db`` that lost to the app's own URL."""
+    from click.core import ParameterSource
+
+    from ..config import load_settings
+
+    root = ctx.find_root()
+    opts = root.obj
+    config = opts["config"]
+    named = None
+    if config:
+        by_flag = root.get_parameter_source("config") is ParameterSource.COMMANDLINE
+        named = f"--config {config}" if by_flag else f"AGENTQUEUE_CONFIG={config}"
+    config_db = load_settings(config).db if config else None
+    if opts["db"]:
+        by_flag = root.get_parameter_source("db") is ParameterSource.COMMANDLINE
+        database = "database from --db" if by_flag else "database from AGENTQUEUE_DB"
+    elif app:
+        database = f"database from the URL of --app {app}"
+        if config_db:
+            database += f" (not the db in {named})"
+    elif config_db:
+        database = f"database from db in {named}"
+    else:
+        database = "database: the default"
+    settings = f"settings from {named}" if named else "settings: defaults, no config file"
+    return f"{database}; {settings}"
+
+
 def _run_worker(
     ctx: click.Context,
     *,
@@ -71,6 +101,10 @@ def _run_worker(
     db = opts["db"]
     if source is not None and db is None:
         db = source.url
+    try:
+        origin = _origin(ctx, app)
+    except InvalidInput as exc:
+        fail(str(exc), EXIT_BAD_INPUT)
 
     async def go(queue: AsyncQueue) -> None:
         if source is not None:
@@ -84,6 +118,7 @@ def _run_worker(
             run_scheduler=scheduler,
             grace_secs=grace,
             deliver_before_exit=until_idle,
+            origin=origin,
         )
         loop = asyncio.get_running_loop()
         interrupts = 0

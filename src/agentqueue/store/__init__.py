@@ -8,6 +8,25 @@ from .base import Change, DedupKey, Lease, NewTask, Store, TaskFilter, TaskHead,
 DEFAULT_URL = "sqlite:///agentqueue.db"
 
 
+def describe_url(url: str) -> str:
+    """Which database a URL names, fit to print: ``sqlite PATH`` or ``postgresql
+    HOST:PORT/DBNAME`` (never its user, password or query)."""
+    from urllib.parse import urlsplit
+
+    if url.startswith("sqlite:"):
+        path = url.removeprefix("sqlite:").split("?", 1)[0]
+        return f"sqlite {path[3:] if path.startswith('///') else path.lstrip('/') or path}"
+    if url.startswith(("postgresql://", "postgres://")):
+        parts = urlsplit(url)
+        try:
+            port = parts.port or 5432
+        except ValueError:
+            port = 5432
+        host = parts.hostname or "localhost"
+        return f"postgresql {host}:{port}/{parts.path.lstrip('/') or parts.username or ''}"
+    return url.split("://", 1)[0] + "://..." if "://" in url else "(no scheme)"
+
+
 def make_store(url: str) -> Store:
     """The store for a database URL: ``sqlite:///file.db`` or ``postgresql://...``."""
     if url.startswith("sqlite:"):
@@ -34,5 +53,6 @@ __all__ = [
     "TaskFilter",
     "TaskHead",
     "Tx",
+    "describe_url",
     "make_store",
 ]

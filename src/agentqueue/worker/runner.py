@@ -90,6 +90,10 @@ class WorkerOptions:
     """Run a deliverer of the outbox (callbacks, replies, alerts) in this worker."""
     deliver_before_exit: bool = False
     """On stopping, try each delivery due then once before exiting (``--until-idle``)."""
+    database: str = ""
+    """Which database, fit to print (``describe_url``), for the start line."""
+    origin: str = ""
+    """Where the database URL and settings came from, for the start line."""
 
 
 def check_executors(executors: Sequence[Executor]) -> None:
@@ -293,10 +297,12 @@ class Worker:
                 periodic=PERIODIC_STEPS,
             )
             loops.add(jobs.start(self.scheduler.run(), "agentqueue-schedule"))
+        origin = f" ({self.options.origin})" if self.options.origin else ""
         log.info(
-            "worker %s started on %s: %s",
+            "worker %s started on %s%s: %s",
             self.id,
-            store.dialect,
+            self.options.database or store.dialect,
+            origin,
             ", ".join(f"{e.name}({','.join(sorted(e.task_types))})" for e in self.executors),
         )
         self.started.set()
