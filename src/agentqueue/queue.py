@@ -750,8 +750,10 @@ class AsyncQueue:
         created_before: datetime | str | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        after: UUID | str | None = None,
     ) -> TaskPage:
-        """Tasks matching every given filter, newest first; ``next_cursor`` pages on.
+        """Tasks matching every given filter, newest first; ``next_cursor`` pages on, and so
+        does ``after`` (the id of the last task seen), in place of a cursor.
 
         ``label``: the tasks carry this label, or every one of these labels.
         ``created_after`` (inclusive) and ``created_before`` (exclusive): datetimes or ISO 8601
@@ -770,6 +772,7 @@ class AsyncQueue:
             created_before=created_before,
             limit=limit,
             cursor=cursor,
+            after=after,
         )
 
 

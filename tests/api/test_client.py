@@ -163,6 +163,8 @@ async def test_list_with_every_filter_and_pages(aq: Either, driver: AsyncQueue) 
     assert page.next_cursor is not None
     rest = await aq.list(task_type=[kind], limit=10, cursor=page.next_cursor)
     assert [t.title for t in rest.items] == ["t2", "t1", "t0"] and rest.next_cursor is None
+    after = await aq.list(task_type=kind, limit=2, after=page.items[-1].id)
+    assert [t.title for t in after.items] == ["t2", "t1"]
     assert [t.id for t in (await aq.list(task_type=kind, source_id=f"{kind}#2")).items] == [
         made[2].id
     ]

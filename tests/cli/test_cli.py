@@ -131,6 +131,30 @@ def test_list_pages_with_the_printed_cursor(db_url: str) -> None:
     assert [t["title"] for t in rest] == ["t1", "t0"]
 
 
+def test_a_script_pages_list_json_with_after_the_last_id_it_saw(db_url: str) -> None:
+    for i in range(5):
+        ok_json(db_url, "submit", "--title", f"t{i}", "--type", "docs" if i % 2 else "review")
+    seen: list[str] = []
+    after: list[str] = []
+    while True:
+        page = ok_json(db_url, "list", "--type", "docs", "--type", "review", "--limit", "2", *after)
+        assert isinstance(page, list)
+        if not page:
+            break
+        seen += [t["title"] for t in page]
+        after = ["--after", page[-1]["id"]]
+    assert seen == [t["title"] for t in ok_json(db_url, "list")] == ["t4", "t3", "t2", "t1", "t0"]
+    # Filters hold across pages: the docs after t3 are t1 only.
+    docs = ok_json(db_url, "list", "--type", "docs")
+    assert [t["title"] for t in docs] == ["t3", "t1"]
+    rest = ok_json(db_url, "list", "--type", "docs", "--after", docs[0]["id"])
+    assert [t["title"] for t in rest] == ["t1"]
+    both = cli(db_url, "list", "--after", docs[0]["id"], "--cursor", "5")
+    assert both.exit_code == 2 and "after" in both.output
+    unknown = cli(db_url, "list", "--after", "00000000-0000-0000-0000-000000000000")
+    assert unknown.exit_code != 0 and "no task" in unknown.output
+
+
 def test_list_filters_by_source_id_assignee_labels_and_creation_time(db_url: str) -> None:
     def submit(title: str, *flags: str) -> Any:
         return ok_json(db_url, "submit", "--title", title, "--type", "docs", *flags)

@@ -216,9 +216,11 @@ async def list_tasks(
     created_before: Annotated[str | None, Query(description="ISO 8601, exclusive")] = None,
     limit: Annotated[int, Query(ge=1, le=reads.MAX_PAGE)] = 50,
     cursor: str | None = None,
+    after: Annotated[str | None, Query(description="a task id: the tasks after it")] = None,
 ) -> JSONResponse:
     """Tasks matching every filter given, newest first. ``next`` (and the ``Link`` header)
-    pages on; a repeated parameter (``state=queued&state=executing``) matches any of them."""
+    pages on, as does ``after`` (the last task id seen); a repeated parameter
+    (``state=queued&state=executing``) matches any of them."""
     page = await reads.list_tasks(
         _rt(request),
         tenant=in_scope(who.tenant, tenant),
@@ -232,6 +234,7 @@ async def list_tasks(
         created_before=created_before,
         limit=limit,
         cursor=cursor,
+        after=after,
     )
     return _page(request, page)
 

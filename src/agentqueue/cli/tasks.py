@@ -143,6 +143,9 @@ def _submit_fields(flags: dict[str, Any]) -> dict[str, Any]:
 @click.option("--created-before", help="Created before: ISO 8601 time or +30s/+5m/+2h/+1d.")
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 1000))
 @click.option("--cursor", help="Continue from a previous page's next_cursor.")
+@click.option(
+    "--after", "after_id", metavar="ID", help="The tasks after this one (the last id seen)."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
 @click.pass_context
 def list_cmd(
@@ -158,9 +161,11 @@ def list_cmd(
     created_before: str | None,
     limit: int,
     cursor: str | None,
+    after_id: str | None,
     as_json: bool,
 ) -> None:
-    """List tasks, newest first."""
+    """List tasks, newest first. Page with --cursor (from the table's "more:" line) or, in
+    scripts, --after the last id seen."""
     try:
         after = None if created_after is None else parse_when(created_after, "created_after")
         before = None if created_before is None else parse_when(created_before, "created_before")
@@ -180,6 +185,7 @@ def list_cmd(
             created_before=before,
             limit=limit,
             cursor=cursor,
+            after=after_id,
         ),
     )
     print_page(page, as_json)

@@ -363,8 +363,10 @@ class Calls:
         created_before: datetime | str | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        after: UUID | str | None = None,
     ) -> Call[TaskPage]:
-        """Tasks matching every given filter, newest first; ``next_cursor`` pages on. A list
+        """Tasks matching every given filter, newest first; ``next_cursor`` pages on (or
+        ``after``: the last task id seen). A list
         of values matches any of them (``label``: the task carries every one)."""
         params = [("state", s) for s in _states(state)]
         params += [("task_type", t) for t in _names(task_type)]
@@ -377,6 +379,7 @@ class Calls:
             ("created_after", None if created_after is None else _when(created_after)),
             ("created_before", None if created_before is None else _when(created_before)),
             ("cursor", cursor),
+            ("after", None if after is None else str(after)),
         ):
             if value is not None:
                 params.append((key, value))

@@ -11,6 +11,7 @@ from uuid import UUID
 from ..domain.errors import InvalidInput, NotFound
 from ..domain.models import Event, Task
 from ..domain.states import TaskState
+from ..ids import parse_task_id
 from ..store import TaskFilter
 from .load import Load
 from .runtime import Runtime
@@ -137,13 +138,20 @@ async def list_tasks(
     created_before: datetime | str | None = None,
     limit: int = 50,
     cursor: str | None = None,
+    after: UUID | str | None = None,
 ) -> TaskPage:
     """Tasks matching every given filter, newest first, ``limit`` per page: ``labels`` are
     all carried by each task; ``created_after`` is inclusive, ``created_before`` exclusive
-    (each a datetime or ISO 8601 text, UTC when it names no offset)."""
+    (each a datetime or ISO 8601 text, UTC when it names no offset). ``after``: the tasks
+    that come after this task's id in the same order, as its cursor would give (NotFound when
+    ``tenant`` has no such task); not with ``cursor``."""
     if not 1 <= limit <= MAX_PAGE:
         raise InvalidInput(f"must be 1-{MAX_PAGE}", "limit")
     before = parse_cursor(cursor)
+    if after is not None:
+        if cursor is not None:
+            raise InvalidInput("give a cursor or a task id to list after, not both", "after")
+        before = (await get(rt, parse_task_id(after, "after"), tenant)).seq
     after_time = moment(created_after, "created_after")
     before_time = moment(created_before, "created_before")
     if after_time is not None and before_time is not None and after_time >= before_time:
