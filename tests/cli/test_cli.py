@@ -6,6 +6,7 @@ import json
 import sqlite3
 import subprocess
 import sys
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -413,3 +414,32 @@ def test_agents_lists_capabilities_and_load_against_the_cap(db_url: str, tmp_pat
     ]  # fmt: skip
     shown = cli(db_url, *conf, "agents")
     assert shown.exit_code == 0 and "fixer" in shown.stdout and "python" in shown.stdout
+
+
+def test_empty_tables_say_so_and_json_stays_an_empty_array(db_url: str) -> None:
+    for args, line in (
+        (("list",), "no tasks match"),
+        (("list", "--state", "failed"), "no tasks match"),
+        (("dlq", "list"), "no tasks in dead_letter or manual_review"),
+        (("agents",), "no agents configured"),
+    ):
+        shown = cli(db_url, *args)
+        assert shown.exit_code == 0 and shown.stdout == line + "\n", (args, shown.output)
+        assert ok_json(db_url, *args) == []
+
+
+def test_dlq_list_shows_the_last_error_cut_to_one_line_and_times_say_utc(db_url: str) -> None:
+    with Queue(db_url) as q:
+        dead = q.submit(title="doomed", task_type="docs", max_retries=0).task
+        q.admit()
+        [claimed] = q.claim(1, "w")
+        assert claimed.lock_token is not None
+        q.fail(claimed.id, claimed.lock_token, "disk full:\n" + "x" * 200)
+    shown = cli(db_url, "dlq", "list")
+    assert shown.exit_code == 0, shown.output
+    header, row = shown.stdout.splitlines()
+    assert "LAST ERROR" in header and str(dead.id) in row
+    assert row.endswith("disk full: " + "x" * 48 + "…"), row
+    created = dead.created_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    assert created in row
+    assert created in cli(db_url, "list").stdout

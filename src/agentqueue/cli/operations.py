@@ -66,6 +66,9 @@ def agents_cmd(ctx: click.Context, as_json: bool) -> None:
     if as_json:
         emit_json([a.to_json() for a in loads])
         return
+    if not loads:
+        click.echo("no agents configured")
+        return
     table(
         ["AGENT", "TASK TYPES", "LABELS", "ADMITTED", "CAP"],
         [
@@ -169,8 +172,7 @@ def schedules_add(
         emit_json(added.to_json())
     else:
         click.echo(
-            f"added schedule {added.name} (tenant {added.tenant}); "
-            f"first slot {_ago(added.next_at)} UTC"
+            f"added schedule {added.name} (tenant {added.tenant}); first slot {_ago(added.next_at)}"
         )
 
 

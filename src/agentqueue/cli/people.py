@@ -75,7 +75,7 @@ def dlq() -> None:
 def dlq_list(ctx: click.Context, limit: int, cursor: str | None, as_json: bool) -> None:
     """Tasks in dead_letter or manual_review."""
     page = run(ctx, lambda q: q.dead_letters(limit=limit, cursor=cursor))
-    print_page(page, as_json)
+    print_page(page, as_json, empty="no tasks in dead_letter or manual_review", errors=True)
 
 
 dlq.command("review", help="Take a dead letter into manual review.")(

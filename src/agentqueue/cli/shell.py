@@ -203,41 +203,56 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
 
 
 def _ago(when: datetime | None) -> str:
+    """A time as every table prints it: in UTC, saying so (``2026-11-30 17:23:58 UTC``)."""
     if when is None:
         return ""
-    return when.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+    return when.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _short(text: str, width: int = 48) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def task_rows(tasks: Sequence[Task]) -> None:
-    """The task table of ``list`` and ``dlq list``."""
-    table(
-        ["id", "state", "pri", "type", "tenant", "retries", "title", "created"],
+ERROR_WIDTH = 60
+"""How much of a task's last error ``dlq list`` shows (on one line)."""
+
+
+def task_rows(tasks: Sequence[Task], errors: bool = False) -> None:
+    """The task table of ``list`` and ``dlq list`` (``errors``: with each task's last error,
+    on one line, cut to ERROR_WIDTH)."""
+    headers = ["id", "state", "pri", "type", "tenant", "retries", "title", "created"]
+    rows = [
         [
-            [
-                t.id,
-                t.state.value,
-                priority_name(t.priority),
-                t.task_type,
-                t.tenant,
-                f"{t.retry_count}/{t.max_retries}",
-                _short(t.title),
-                _ago(t.created_at),
-            ]
-            for t in tasks
-        ],
-    )
+            t.id,
+            t.state.value,
+            priority_name(t.priority),
+            t.task_type,
+            t.tenant,
+            f"{t.retry_count}/{t.max_retries}",
+            _short(t.title),
+            _ago(t.created_at),
+        ]
+        for t in tasks
+    ]
+    if errors:
+        headers.append("last error")
+        for row, task in zip(rows, tasks, strict=True):
+            row.append(_short(" ".join((task.error or "").split()), ERROR_WIDTH))
+    table(headers, rows)
 
 
-def print_page(page: TaskPage, as_json: bool) -> None:
-    """A page of tasks as a JSON array, or a table with the cursor of the next page."""
+def print_page(
+    page: TaskPage, as_json: bool, empty: str = "no tasks match", errors: bool = False
+) -> None:
+    """A page of tasks as a JSON array, or a table with the cursor of the next page (or the
+    line ``empty`` when there is none)."""
     if as_json:
         emit_json([t.to_json() for t in page.items])
         return
-    task_rows(page.items)
+    if not page.items:
+        click.echo(empty)
+        return
+    task_rows(page.items, errors)
     if page.next_cursor:
         click.echo(f"more: --cursor {page.next_cursor}")
 
