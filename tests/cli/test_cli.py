@@ -443,3 +443,15 @@ def test_dlq_list_shows_the_last_error_cut_to_one_line_and_times_say_utc(db_url:
     created = dead.created_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     assert created in row
     assert created in cli(db_url, "list").stdout
+
+
+def test_token_expiry_is_printed_like_every_other_time(db_url: str) -> None:
+    made = cli(db_url, "tokens", "create", "--name", "ci", "--role", "submitter", "--expires", "1d")
+    assert made.exit_code == 0, made.output
+    first = made.stdout.splitlines()[0]
+    assert first.startswith("token ci (submitter, default; expires ") and first.endswith(" UTC)"), (
+        first
+    )
+    until = first.removeprefix("token ci (submitter, default; expires ").removesuffix(")")
+    row = next(line for line in cli(db_url, "tokens", "list").stdout.splitlines() if "ci" in line)
+    assert row.endswith(until), row

@@ -46,7 +46,7 @@ def tokens_create(
         emit_json(made.to_json(datetime.now(UTC)))
         return
     scope = made.record.tenant or "every tenant"
-    until = made.record.expires_at.isoformat() if made.record.expires_at else "never"
+    until = _ago(made.record.expires_at) if made.record.expires_at else "never"
     click.echo(f"token {made.record.name} ({made.record.role.value}, {scope}; expires {until})")
     click.echo(made.secret)
     click.echo("the secret is shown only now; keep it somewhere safe", err=True)
@@ -72,7 +72,7 @@ def tokens_list(ctx: click.Context, as_json: bool) -> None:
                 t.status(now),
                 t.prefix,
                 _ago(t.created_at),
-                t.expires_at.isoformat(timespec="seconds") if t.expires_at else "never",
+                _ago(t.expires_at) if t.expires_at else "never",
             ]
             for t in found
         ],
