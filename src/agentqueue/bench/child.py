@@ -135,10 +135,10 @@ async def drain(args: dict[str, Any]) -> None:
     cpu0 = cpu_now()
     started = time.perf_counter()
     runner = asyncio.create_task(worker.run())
-    # worker.stats is a plain dict, updated as attempts end: look at it every 5 ms.
+    # worker.stats counts tasks as their outcomes are recorded, cheaply: look every 5 ms.
     while worker.stats["completed"] < n and not runner.done():  # noqa: ASYNC110
         await asyncio.sleep(0.005)
-    # Every attempt has ended; the last outcomes are being written.
+    # Every completion is recorded; the store shows them.
     while not runner.done():
         if (await queue.stats()).by_state[TaskState.COMPLETED] >= n:
             break

@@ -46,23 +46,32 @@ class RunSummary:
 
     def __init__(self) -> None:
         self._ending: dict[UUID, str] = {}
+        # Kept as endings change, so that counts() is cheap enough to poll (the bench does).
+        self._ended: Counter[str] = Counter()
         self.retried = 0
         """Attempts that failed and left their task waiting to retry."""
 
+    def _end(self, task_id: UUID, ending: str) -> None:
+        before = self._ending.get(task_id)
+        if before is not None:
+            self._ended[before] -= 1
+        self._ending[task_id] = ending
+        self._ended[ending] += 1
+
     def claimed(self, task: Task) -> None:
         """A task was claimed; until an outcome of it is recorded, it ended unrecorded."""
-        self._ending[task.id] = "unrecorded"
+        self._end(task.id, "unrecorded")
 
     def no_outcome(self, task: Task) -> None:
         """An attempt reports nothing (revoked, cancelled, its lease lost or guarded)."""
-        self._ending[task.id] = "stopped"
+        self._end(task.id, "stopped")
 
     def recorded(self, batch: Sequence[Outcome], done: Mapping[UUID, Task | Refusal]) -> None:
         """Outcomes were written; ``done`` holds each task as left (or the refusal)."""
         kinds = {o.task_id: o.kind for o in batch}
         for task_id, answer in done.items():
             if isinstance(answer, Refusal):
-                self._ending[task_id] = "not_recorded"
+                self._end(task_id, "not_recorded")
                 continue
             ending = _BY_STATE.get(answer.state)
             if ending is None:
@@ -73,14 +82,13 @@ class RunSummary:
                 }.get(kind, "other") if kind is not None else "other"  # fmt: skip
             if ending == "retrying":
                 self.retried += 1
-            self._ending[task_id] = ending
+            self._end(task_id, ending)
 
     def counts(self) -> dict[str, int]:
         """Tasks claimed, tasks by how they ended (every ending, zeros too), attempts retried."""
-        ended = Counter(self._ending.values())
         return {
             "tasks": len(self._ending),
-            **{name: ended.get(name, 0) for name, _ in ENDINGS},
+            **{name: self._ended[name] for name, _ in ENDINGS},
             "retried_attempts": self.retried,
         }
 
