@@ -133,6 +133,12 @@ def test_an_issue_becomes_a_task_and_its_end_one_comment_on_the_issue(
 
     again = _post(address, body, delivery)
     assert again.status_code == 200 and again.json()["duplicate"] is True
+    # The deliverer records the reply once GitHub's answer is back, just after the comment.
+    wait_for(
+        lambda: len(queue.deliveries(kind="github_reply", state="delivered")) == 1,
+        60,
+        "the reply recorded as delivered",
+    )
     [delivered] = queue.deliveries(kind="github_reply", state="delivered")
     assert delivered.task_id == task.id
     assert len(github.all_comments(ISSUE)) == 1
