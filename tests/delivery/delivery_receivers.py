@@ -9,7 +9,8 @@ import json
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -17,6 +18,9 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
+
+from agentqueue import AsyncQueue
+from agentqueue.config import Settings
 
 SECRET = "whsec_" + base64.b64encode(b"agentqueue-test-callback-secret!").decode()
 OTHER_SECRET = "whsec_" + base64.b64encode(b"a-different-secret-for-the-test!").decode()
@@ -293,3 +297,14 @@ class FakeGitHub:
             self.comments[issue].append(
                 {"id": 0, "body": text, "created_at": now, "updated_at": now}
             )
+
+
+@asynccontextmanager
+async def opened(db_url: str, conf: Settings) -> AsyncIterator[AsyncQueue]:
+    """A queue over ``db_url`` with ``conf``, open for the block."""
+    q = AsyncQueue(db_url, settings=conf)
+    await q.open()
+    try:
+        yield q
+    finally:
+        await q.close()

@@ -9,12 +9,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from delivery_receivers import OTHER_SECRET, SECRET, SECRET_ENV, Receiver
+from delivery_receivers import OTHER_SECRET, SECRET, SECRET_ENV, Receiver, opened
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from agentqueue import AsyncQueue, InvalidInput, Outcome, OutcomeKind, Task, TaskState
@@ -48,16 +47,6 @@ def settings(**callbacks: Any) -> Settings:
         **callbacks,
     }
     return Settings(callbacks=conf)
-
-
-@asynccontextmanager
-async def opened(db_url: str, conf: Settings) -> AsyncIterator[AsyncQueue]:
-    q = AsyncQueue(db_url, settings=conf)
-    await q.open()
-    try:
-        yield q
-    finally:
-        await q.close()
 
 
 async def claimed(q: AsyncQueue, url: str | None, **fields: Any) -> Task:

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from delivery_receivers import TOKEN, TOKEN_ENV, FakeGitHub
+from delivery_receivers import TOKEN, TOKEN_ENV, FakeGitHub, opened
 
 from agentqueue import AsyncQueue, ConfigError, Task
 from agentqueue.config import Settings, load_settings
@@ -38,16 +37,6 @@ def settings(github: FakeGitHub, **more: Any) -> Settings:
     conf = {"api_url": github.api_url, "token_env": TOKEN_ENV, "backoff_first_secs": 0.02,
             "backoff_max_secs": 0.1, "timeout_secs": 5, **more}  # fmt: skip
     return Settings(github=conf)
-
-
-@asynccontextmanager
-async def opened(db_url: str, conf: Settings) -> AsyncIterator[AsyncQueue]:
-    q = AsyncQueue(db_url, settings=conf)
-    await q.open()
-    try:
-        yield q
-    finally:
-        await q.close()
 
 
 async def ended(q: AsyncQueue, source_id: str = ISSUE, source: str = "issue") -> Task:

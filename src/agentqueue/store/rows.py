@@ -305,7 +305,6 @@ def delivery_rows(results: Sequence[DeliveryResult], codec: Codec) -> list[dict[
 
 def delivery_record_from_row(row: Row, codec: Codec) -> DeliveryRecord:
     """A delivery as people see it, from a row of aq_outbox."""
-    body = row["body"]
     return DeliveryRecord(
         id=row["id"],
         kind=row["kind"],
@@ -313,7 +312,7 @@ def delivery_record_from_row(row: Row, codec: Codec) -> DeliveryRecord:
         tenant=row["tenant"],
         event_seq=row["event_seq"],
         url=row["url"],
-        body=json.loads(body) if isinstance(body, str) else body,
+        body=codec.json_in(row["body"]),
         attempts=row["attempts"],
         next_attempt_at=codec.at(row["next_attempt_at"]),
         delivered_at=codec.time_in(row["delivered_at"]),
@@ -334,7 +333,6 @@ def delivery_attempt_from_row(row: Row, codec: Codec) -> DeliveryAttempt:
 
 def outbox_from_row(row: Row, codec: Codec) -> OutboxRow:
     """A leased delivery from a row of aq_outbox."""
-    body = row["body"]
     return OutboxRow(
         id=row["id"],
         kind=row["kind"],
@@ -342,7 +340,7 @@ def outbox_from_row(row: Row, codec: Codec) -> OutboxRow:
         tenant=row["tenant"],
         event_seq=row["event_seq"],
         url=row["url"],
-        body=json.loads(body) if isinstance(body, str) else body,
+        body=codec.json_in(row["body"]),
         attempts=row["attempts"],
         created_at=codec.at(row["created_at"]),
         lease_token=codec.uuid_in(row["lease_token"]),
