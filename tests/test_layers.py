@@ -19,6 +19,8 @@ LAYERS: dict[str, int] = {
     "ids": 1,
     "spec": 1,
     "config": 1,
+    "logsetup": 1,
+    "tracing": 1,
     "intake": 1,
     "supervise": 1,
     "store": 2,

@@ -270,6 +270,40 @@ class WorkerSettings(_Section):
     workdir: str | None = None
 
 
+class LoggingSettings(_Section):
+    """The log lines of ``worker``, ``serve``, ``scheduler`` and ``api`` (``--log-format``
+    overrides ``format``; ``AGENTQUEUE_LOG_LEVEL`` overrides ``level``)."""
+
+    format: str = "text"
+    """``text`` (one readable line a record) or ``json`` (one JSON object a line)."""
+    level: str = "INFO"
+    """DEBUG, INFO (one line per task transition), WARNING, ERROR or CRITICAL."""
+    opentelemetry: bool = True
+    """With the ``otel`` extra installed: a span per attempt, a child of the task's
+    ``traceparent`` (see README, Logs)."""
+
+    @field_validator("format")
+    @classmethod
+    def _format(cls, value: str) -> str:
+        from .logsetup import FORMATS
+
+        fmt = value.strip().lower()
+        if fmt not in FORMATS:
+            raise ValueError(f"must be text or json, not {value!r}")
+        return fmt
+
+    @field_validator("level")
+    @classmethod
+    def _level(cls, value: str) -> str:
+        from .logsetup import LEVELS
+
+        level = value.strip().upper()
+        level = "WARNING" if level == "WARN" else level
+        if level not in LEVELS:
+            raise ValueError(f"must be one of {', '.join(LEVELS)}, not {value!r}")
+        return level
+
+
 class AlertSettings(_Section):
     """Where a P0 task entering dead_letter is announced (R8), besides the error log line.
 
@@ -586,6 +620,7 @@ class Settings(BaseSettings):
     pipelines: PipelineSettings = Field(default_factory=PipelineSettings)
     api: ApiSettings = Field(default_factory=ApiSettings)
     intake: IntakeSettings = Field(default_factory=IntakeSettings)
+    logging: LoggingSettings = Field(default_factory=LoggingSettings)
 
     @model_validator(mode="after")
     def _known_rate_limits(self) -> Settings:

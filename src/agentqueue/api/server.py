@@ -117,13 +117,13 @@ def app_from_env() -> FastAPI:
     return app
 
 
-def worker_logging() -> dict[str, Any]:
-    """The CLI's log lines (stderr, its format, ``AGENTQUEUE_LOG_LEVEL``) as a logging
+def worker_logging(log_format: str = "text", log_level: str = "INFO") -> dict[str, Any]:
+    """The CLI's log lines (stderr, its format and level, secrets masked) as a logging
     configuration, for uvicorn to set up in each worker process (they start afresh)."""
     return {
         "version": 1,
         "disable_existing_loggers": False,
-        "formatters": {"line": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+        "formatters": {"line": {"()": "agentqueue.logsetup.make_formatter", "fmt": log_format}},
         "handlers": {
             "stderr": {
                 "class": "logging.StreamHandler",
@@ -131,10 +131,7 @@ def worker_logging() -> dict[str, Any]:
                 "stream": "ext://sys.stderr",
             }
         },
-        "root": {
-            "level": os.environ.get("AGENTQUEUE_LOG_LEVEL", "INFO").upper(),
-            "handlers": ["stderr"],
-        },
+        "root": {"level": log_level, "handlers": ["stderr"]},
         "loggers": {"psycopg.pool": {"level": "ERROR"}},
     }
 
@@ -146,6 +143,8 @@ def serve_workers(
     *,
     listening: Callable[[int], None] = lambda port: None,
     access_log: bool = False,
+    log_format: str = "text",
+    log_level: str = "INFO",
 ) -> None:
     """Serve the API from ``workers`` processes sharing one listening socket (uvicorn's
     supervisor, which restarts a process that dies) until SIGTERM or SIGINT. Each process
@@ -158,7 +157,7 @@ def serve_workers(
         host=host,
         port=port,
         workers=workers,
-        log_config=worker_logging(),
+        log_config=worker_logging(log_format, log_level),
         access_log=access_log,
         server_header=False,
         lifespan="on",

@@ -82,6 +82,13 @@ from .shell import (
     help="Seconds a command waits while another process holds a SQLite file's write lock "
     "(env AGENTQUEUE_LOCK_WAIT).",
 )
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default=None,
+    help="Log lines of worker, serve, scheduler and api: text, or one JSON object a line "
+    "(default: [logging] format in the config file, else text).",
+)
 @click.version_option(__version__, prog_name="agentqueue")
 @click.pass_context
 def main(
@@ -92,6 +99,7 @@ def main(
     api: str | None,
     token_env: str,
     lock_wait: float,
+    log_format: str | None,
 ) -> None:
     """agentqueue: a durable task queue and scheduler for AI-agent work."""
     if api is not None and ctx.invoked_subcommand in DATABASE_ONLY:
@@ -108,6 +116,7 @@ def main(
         "api": api,
         "token_env": token_env,
         "lock_wait": lock_wait,
+        "log_format": log_format,
     }
 
 

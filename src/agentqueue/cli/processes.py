@@ -91,7 +91,7 @@ def _run_worker(
 ) -> None:
     import signal
 
-    _log_to_stderr()
+    _log_to_stderr(ctx)
     opts = ctx.find_root().obj
     types = [t.strip() for item in task_types for t in item.split(",") if t.strip()]
     try:
@@ -269,10 +269,10 @@ def api_cmd(ctx: click.Context, host: str | None, port: int | None, workers: int
 
     from ..api.server import api_loop_factory, api_server, freeze_startup_heap, listen
 
-    _log_to_stderr()
+    log_format, log_level = _log_to_stderr(ctx)
     address = _api_address(ctx, host, port)
     if workers > 1:
-        _api_workers(ctx, address, workers)
+        _api_workers(ctx, address, workers, log_format, log_level)
         return
 
     async def go(queue: AsyncQueue) -> None:
@@ -290,7 +290,9 @@ def api_cmd(ctx: click.Context, host: str | None, port: int | None, workers: int
     run_db(ctx, go, one_shot=False, loop_factory=api_loop_factory())
 
 
-def _api_workers(ctx: click.Context, address: tuple[str, int], workers: int) -> None:
+def _api_workers(
+    ctx: click.Context, address: tuple[str, int], workers: int, log_format: str, log_level: str
+) -> None:
     """``agentqueue api --workers N``: migrate (waiting for the database as a lone API
     process would), then serve from N processes that make their queue from the environment."""
     from ..api.server import serve_workers
@@ -313,7 +315,9 @@ def _api_workers(ctx: click.Context, address: tuple[str, int], workers: int) -> 
             f"API listening on http://{address[0]}:{port}/v1 ({workers} processes)", err=True
         )
 
-    serve_workers(*address, workers, listening=listening)
+    serve_workers(
+        *address, workers, listening=listening, log_format=log_format, log_level=log_level
+    )
 
 
 @click.command()
@@ -326,7 +330,7 @@ def scheduler(ctx: click.Context, holder: str | None) -> None:
     letters. Workers run one by default; this is for deployments that run it apart."""
     import signal
 
-    _log_to_stderr()
+    _log_to_stderr(ctx)
 
     async def go(queue: AsyncQueue) -> None:
         # run_scheduler waits for a database that is away at start (a misconfigured one

@@ -172,17 +172,29 @@ def run_db(
         exit_for(exc, unreachable="cannot reach the database: ")
 
 
-def _log_to_stderr() -> None:
-    """Log lines for the long-running commands (worker, serve, scheduler)."""
-    import logging
+def _log_to_stderr(ctx: click.Context) -> tuple[str, str]:
+    """Log lines for the long-running commands (worker, serve, scheduler, api), on stderr:
+    ``--log-format``, else ``[logging] format``; ``AGENTQUEUE_LOG_LEVEL``, else ``[logging]
+    level``; secrets masked. A bad value exits 2 naming it. Returns the format and level."""
+    from ..config import load_settings
+    from ..logsetup import check_level, configure
 
-    logging.basicConfig(
-        level=os.environ.get("AGENTQUEUE_LOG_LEVEL", "INFO").upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    # The pool warns of every failed reconnect while the database is away; the loops that wait
-    # on it say so once themselves.
-    logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
+    opts = ctx.find_root().obj
+    try:
+        settings = load_settings(opts["config"] or None)
+        fmt = opts.get("log_format") or settings.logging.format
+        level = settings.logging.level
+        if os.environ.get("AGENTQUEUE_LOG_LEVEL"):
+            level = check_level(os.environ["AGENTQUEUE_LOG_LEVEL"], "AGENTQUEUE_LOG_LEVEL")
+        configure(
+            fmt,
+            level,
+            db_url=opts["db"] or settings.db,
+            config_data=settings.model_dump(mode="json"),
+        )
+    except InvalidInput as exc:
+        fail(str(exc), EXIT_BAD_INPUT)
+    return fmt, level
 
 
 def emit_json(value: Any) -> None:

@@ -247,11 +247,16 @@ def events(ctx: click.Context, task_id: str, as_json: bool) -> None:
 
 @click.command()
 @click.argument("task_id", metavar="ID")
-@click.option("--stream", type=click.Choice(["stdout", "stderr", "log"]), help="Only this stream.")
+@click.option(
+    "--stream",
+    type=click.Choice(["stdout", "stderr", "log", "traceback"]),
+    help="Only this stream (traceback: a handler's exception, kept with its attempt).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array of log records.")
 @click.pass_context
 def logs(ctx: click.Context, task_id: str, stream: str | None, as_json: bool) -> None:
-    """Show the captured output of a task's attempts."""
+    """Show the captured output of a task's attempts, and the traceback of each attempt a
+    handler's exception ended."""
     tid = _id(task_id)
     records = [r for r in run(ctx, lambda q: q.logs(tid)) if stream is None or r.stream == stream]
     if as_json:

@@ -14,6 +14,7 @@ import copy
 import functools
 import inspect
 import threading
+import traceback
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -22,12 +23,15 @@ from uuid import UUID
 from ..domain.audit import canonical_json
 from ..domain.models import Task
 from ..domain.retry import exception_is_retryable
+from ..logsetup import mask
 from .base import AttemptControl, AttemptEnd, AttemptResult, LogChunk, ToolCallRequest
 
 Handler = Callable[[Task, "TaskContext"], Any]
 
 MAX_RESULT_BYTES = 1024 * 1024
 MAX_LOG_BYTES = 256 * 1024
+MAX_TRACEBACK_CHARS = 32 * 1024
+"""A handler's traceback kept with its attempt: its last 32 KiB at most."""
 
 
 class Retryable(Exception):
@@ -334,10 +338,21 @@ def _failure(exc: BaseException, ctx: TaskContext) -> AttemptResult:
     message = str(exc) or type(exc).__name__
     return AttemptResult(
         AttemptEnd.FAILED,
-        error=f"{type(exc).__name__}: {message}"[:2000],
+        error=mask(f"{type(exc).__name__}: {message}")[:2000],
         retryable=exception_is_retryable(exc),
-        logs=ctx.logs(),
+        logs=(*ctx.logs(), traceback_chunk(exc)),
     )
+
+
+def traceback_chunk(exc: BaseException, limit: int = MAX_TRACEBACK_CHARS) -> LogChunk:
+    """The exception's full traceback (chained causes too) as the attempt's ``traceback``
+    stream, secrets masked; past ``limit`` characters only its end is kept (the frames nearest
+    the raise and the exception itself), marked truncated."""
+    text = mask("".join(traceback.format_exception(exc)))
+    if len(text) <= limit:
+        return LogChunk("traceback", text)
+    cut = len(text) - limit
+    return LogChunk("traceback", f"[{cut} characters cut]\n{text[cut:]}", truncated=True)
 
 
 def _result(value: Any, ctx: TaskContext) -> AttemptResult:

@@ -126,6 +126,9 @@ class Outcome:
     checkpoint: Any = None
     checkpointed: bool = False
     """The attempt's latest progress, kept with the task (not with a completion)."""
+    traceback: str | None = None
+    """FAILED by a handler's exception: its traceback, for the worker's log line (it is kept
+    with the attempt's logs, not on the task: ``error`` stays the short message)."""
 
 
 async def finish(

@@ -28,6 +28,7 @@ from ..delivery import Deliverer, deliverer
 from ..domain.errors import AgentQueueError, ConfigError
 from ..domain.models import LogRecord, Task
 from ..domain.retry import failure_is_retryable
+from ..domain.states import Refusal
 from ..domain.tools import next_tool_call_id
 from ..executors.base import AttemptControl, AttemptEnd, AttemptResult, Executor
 from ..scheduler.loop import Scheduler
@@ -45,6 +46,8 @@ from .preemption import Preemptor
 from .running import Running
 from .summary import RunSummary
 from .tools import ToolRunner
+from .transitions import claimed as log_claimed
+from .transitions import recorded as log_recorded
 
 log = logging.getLogger("agentqueue.worker")
 
@@ -157,7 +160,7 @@ class Worker:
         self.summary = RunSummary()
         """How the tasks this worker claimed ended in its run."""
         self.flusher = OutcomeFlusher(
-            self._finish, self.jobs, options.flushes_in_flight, self.summary.recorded
+            self._finish, self.jobs, options.flushes_in_flight, self._recorded
         )
         self.lease_keeper = LeaseKeeper(
             self._heartbeat,
@@ -251,6 +254,10 @@ class Worker:
 
     async def _finish(self, outcomes: list[Outcome], logs: list[LogRecord]) -> Any:
         return await self.queue.finish(outcomes, actor=self.id, logs=logs)
+
+    def _recorded(self, batch: Sequence[Outcome], done: Mapping[UUID, Task | Refusal]) -> None:
+        self.summary.recorded(batch, done)
+        log_recorded(batch, done)
 
     async def _heartbeat(self, tasks: list[Task]) -> Any:
         return await self.queue.heartbeat(tasks)
@@ -359,6 +366,7 @@ class Worker:
         )
         running = Running(task, executor, control, renewed_at=claimed_at)
         self.summary.claimed(task)
+        log_claimed(task)
         self._running[task.id] = running
         running.job = self.jobs.start(self._attempt(running), f"agentqueue-{task.id}")
 
@@ -435,6 +443,7 @@ class Worker:
             error=result.error or "failed",
             retryable=failure_is_retryable(result.retryable, result.end is AttemptEnd.TIMED_OUT),
             claimed=task,
+            traceback=next((c.text for c in result.logs if c.stream == "traceback"), None),
             **kept,
         )
 
