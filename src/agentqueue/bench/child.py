@@ -37,6 +37,7 @@ from ..config import Settings, WorkerSettings
 from ..domain.models import Task
 from ..domain.states import TaskState
 from ..executors.inprocess import TaskContext
+from ..logsetup import configure
 from ..queue import AsyncQueue
 from .common import NOOP
 from .db import specs
@@ -129,6 +130,8 @@ async def drain(args: dict[str, Any]) -> None:
     worker start until the store shows every task completed) and the cost."""
     n = int(args["n"])
     settings = with_overrides(DRAIN_SETTINGS, args.get("settings"))
+    # Log as `agentqueue worker` does (one line per transition, to stderr: the child's file).
+    configure(settings.logging.format, settings.logging.level, db_url=args["url"])
     queue = make_queue(args["url"], args.get("task_type", NOOP), settings=settings)
     await queue.open()
     worker = queue.worker(concurrency=int(args["concurrency"]))
