@@ -19,6 +19,7 @@ from ..domain.models import Task
 from ..executors.base import Executor
 from ..store.base import WorkHints
 from ..supervise import Outage, Supervisor
+from . import transitions
 from .running import Running
 
 log = logging.getLogger("agentqueue.worker")
@@ -106,6 +107,7 @@ class Claimer:
             self._reserved[executor.name] -= n
         self._outage.ok("claiming")
         self.claimed += len(tasks)
+        transitions.claimed(tasks)  # committed: the claim returned
         for task in tasks:
             self.start(task, executor, sent)
         if len(tasks) < n:

@@ -46,7 +46,6 @@ from .preemption import Preemptor
 from .running import Running
 from .summary import RunSummary
 from .tools import ToolRunner
-from .transitions import claimed as log_claimed
 from .transitions import recorded as log_recorded
 
 log = logging.getLogger("agentqueue.worker")
@@ -366,7 +365,6 @@ class Worker:
         )
         running = Running(task, executor, control, renewed_at=claimed_at)
         self.summary.claimed(task)
-        log_claimed(task)
         self._running[task.id] = running
         running.job = self.jobs.start(self._attempt(running), f"agentqueue-{task.id}")
 
