@@ -29,6 +29,7 @@ from .domain.models import SOURCES
 from .domain.priority import DEFAULT_PRIORITY, parse_priority
 from .domain.retry import DEFAULT_MAX_RETRIES, P0_MAX_RETRIES
 from .domain.values import NUL_PROBLEM, nul_path
+from .tracing import traceparent_problem
 
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
 DEFAULT_TENANT = "default"
@@ -80,6 +81,20 @@ class TaskSpec(BaseModel):
     max_retries: int = Field(default=DEFAULT_MAX_RETRIES, ge=0, le=100)
     run_after: datetime | None = None
     requested_by: str = Field(default="api", min_length=1, max_length=64)
+    traceparent: str | None = None
+    """The W3C trace context the task belongs to (default: the caller's current span, when
+    the caller uses OpenTelemetry)."""
+
+    @field_validator("traceparent")
+    @classmethod
+    def _traceparent(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        value = value.strip().lower()
+        problem = traceparent_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
 
     @field_validator("title")
     @classmethod

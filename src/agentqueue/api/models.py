@@ -56,6 +56,7 @@ class TaskOut(_Out):
     updated_at: str | None
     started_at: str | None
     finished_at: str | None
+    traceparent: str | None = None
 
 
 class SubmitOut(TaskOut):

@@ -144,6 +144,16 @@ def _declared(policy: access.Policy, body: type[Any] | None = None) -> dict[str,
 # --- submitting ---------------------------------------------------------------------------
 
 
+def _trace_context(request: Request, items: list[Any]) -> None:
+    """The request's ``traceparent`` header (W3C trace context) for each task that does not
+    name its own."""
+    header = request.headers.get("traceparent")
+    if header:
+        for item in items:
+            if isinstance(item, dict):
+                item.setdefault("traceparent", header)
+
+
 @router.post(
     "/tasks",
     summary="Submit a task",
@@ -164,6 +174,7 @@ async def submit(request: Request, who: Who) -> JSONResponse:
     if not isinstance(body, dict):
         raise InvalidInput("must be an object of task fields", "body")
     _submitted_by(who, [body], single=True)
+    _trace_context(request, [body])
     result = await request.app.state.submitter.submit(who, body)
     return JSONResponse(shown(result.to_json()), status_code=201 if result.created else 200)
 
@@ -188,6 +199,7 @@ async def submit_many(request: Request, who: Who) -> JSONResponse:
     if not items:
         raise InvalidInput("must list at least one task", "tasks")
     _submitted_by(who, items, single=False)
+    _trace_context(request, items)
     results = await request.app.state.submitter.submit_many(who, items)
     return JSONResponse({"tasks": [shown(r.to_json()) for r in results]})
 

@@ -44,6 +44,12 @@ from .shell import (
 @click.option("--run-after", help="Not before: ISO 8601 time or +30s/+5m/+2h/+1d.")
 @click.option("--requested-by", help="Who asked for it (default: --actor).")
 @click.option(
+    "--traceparent",
+    help="W3C trace context (00-<trace id>-<span id>-<flags>): each attempt's span is its "
+    "child; command agents get it as TRACEPARENT (env TRACEPARENT).",
+    envvar="TRACEPARENT",
+)
+@click.option(
     "--file",
     "task_file",
     help="Submit many: a JSON object, array or JSON lines of task fields (- for stdin).",
@@ -103,6 +109,7 @@ def _submit_fields(flags: dict[str, Any]) -> dict[str, Any]:
             "idempotency_key",
             "callback_url",
             "requested_by",
+            "traceparent",
         ):
             if flags.get(name) is not None:
                 fields[name] = flags[name]

@@ -90,6 +90,9 @@ class Task:
     run_after: datetime | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    traceparent: str | None = None
+    """The W3C trace context taken at submit: each attempt's span is its child, and command
+    agents get it (or the attempt span's) as ``TRACEPARENT``."""
 
     @property
     def terminal(self) -> bool:
@@ -98,7 +101,7 @@ class Task:
 
     def evolve(self, **changes: Any) -> Task:
         """A copy with ``changes`` applied. Like ``dataclasses.replace`` without re-running
-        ``__init__`` for all 37 fields: this is on the hot path of every transition."""
+        ``__init__`` for all 38 fields: this is on the hot path of every transition."""
         unknown = changes.keys() - _TASK_FIELDS
         if unknown:
             raise TypeError(f"Task has no field {sorted(unknown)[0]!r}")
@@ -153,6 +156,7 @@ class Task:
             "updated_at": _iso(self.updated_at),
             "started_at": _iso(self.started_at),
             "finished_at": _iso(self.finished_at),
+            "traceparent": self.traceparent,
         }
 
     @classmethod
@@ -200,6 +204,7 @@ class Task:
             run_after=_at_or_none(data.get("run_after")),
             started_at=_at_or_none(data.get("started_at")),
             finished_at=_at_or_none(data.get("finished_at")),
+            traceparent=data.get("traceparent"),
         )
 
 

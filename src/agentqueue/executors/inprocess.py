@@ -85,6 +85,9 @@ class TaskContext:
         self.tenant = task.tenant
         self.attempt = task.retry_count + 1
         self.idempotency_key = task.idempotency_key
+        self.traceparent = task.traceparent
+        """The W3C trace context of this attempt (its span's, with OpenTelemetry; else the
+        one taken at submit), or None. With OpenTelemetry the span is also current."""
         self._control = control
         self._request_heartbeat = request_heartbeat
         self._lines: list[str] = []

@@ -532,6 +532,9 @@ class CommandAgent:
         if task.idempotency_key:
             # Irreversible actions (a payment, a deletion) can be made idempotent downstream.
             env["AGENTQUEUE_IDEMPOTENCY_KEY"] = task.idempotency_key
+        if task.traceparent:
+            # W3C trace context: the attempt's span (or the submit's context without one).
+            env["TRACEPARENT"] = task.traceparent
         return env
 
     # --- outcome --------------------------------------------------------------------------------

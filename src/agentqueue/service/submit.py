@@ -13,6 +13,7 @@ from ..domain.states import TaskState
 from ..ids import new_task_id
 from ..spec import TaskSpec, parse_specs
 from ..store import DedupKey, NewTask
+from ..tracing import current_traceparent
 from .records import ADMITTER, new_record
 from .runtime import Runtime
 
@@ -87,6 +88,8 @@ def build_task(rt: Runtime, spec: TaskSpec, kind: str = "task") -> Task:
         idempotency_key=spec.idempotency_key,
         callback_url=spec.callback_url,
         run_after=spec.run_after,
+        traceparent=spec.traceparent
+        or (current_traceparent() if rt.settings.logging.opentelemetry else None),
     )
 
 

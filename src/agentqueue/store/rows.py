@@ -107,7 +107,7 @@ TASK_INSERT_FIELDS = (
     "id", "tenant", "source", "source_id", "title", "task_type", "payload", "priority", "state",
     "max_retries", "timeout_secs", "assignee", "depends_on", "idempotency_key", "callback_url",
     "requested_by", "run_after", "eligible_at", "created_at", "event_seq", "last_hash", "hold",
-    "state_reason", "kind", "labels",
+    "state_reason", "kind", "labels", "traceparent",
 )  # fmt: skip
 
 MUTABLE_FIELDS = (

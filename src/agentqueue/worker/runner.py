@@ -36,6 +36,8 @@ from ..scheduler.steps import PERIODIC_STEPS
 from ..service.execution import Outcome, OutcomeKind
 from ..service.tools import take_tool_calls
 from ..supervise import Supervisor, until_reachable
+from ..tracing import installed as tracing_installed
+from ..tracing import start_attempt
 from ..wakeups import wait_event
 from .claimer import Claimer
 from .flusher import OutcomeFlusher
@@ -156,6 +158,7 @@ class Worker:
             on_dry=self._scheduler_wake,
             on_claimed=self._wake.set,
         )
+        self._tracing = queue.settings.logging.opentelemetry and tracing_installed()
         self.summary = RunSummary()
         """How the tasks this worker claimed ended in its run."""
         self.flusher = OutcomeFlusher(
@@ -370,14 +373,21 @@ class Worker:
 
     async def _attempt(self, running: Running) -> None:
         task, control = running.task, running.control
+        span = start_attempt(task, self._tracing) if self._tracing else None
+        result: AttemptResult | None = None
         try:
             try:
-                result = await running.executor.run(task, control)
+                # With a span, the executor hands on its context (TRACEPARENT) instead.
+                run = task if span is None else task.evolve(traceparent=span.traceparent)
+                result = await running.executor.run(run, control)
             except Exception as exc:  # an executor bug must not take the worker down
                 log.exception("executor %s failed on task %s", running.executor.name, task.id)
                 result = AttemptResult(
                     AttemptEnd.FAILED, error=f"executor error: {type(exc).__name__}: {exc}"
                 )
+            finally:
+                if span is not None:  # no result: the worker itself is being torn down
+                    span.end(*((result.end.value, result.error) if result else ("stopped",)))
             # Output belongs to the attempt, reported or not (a revoked attempt reports none).
             self.flusher.add(self._outcome(task, control, result), self._records(task, result))
         finally:

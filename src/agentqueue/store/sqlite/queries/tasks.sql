@@ -8,7 +8,7 @@
 INSERT INTO aq_tasks (id, tenant, source, source_id, title, task_type, payload, priority,
     state, max_retries, timeout_secs, assignee, depends_on, idempotency_key, callback_url,
     requested_by, run_after, eligible_at, created_at, updated_at, event_seq, last_hash, hold,
-    state_reason, kind, labels)
+    state_reason, kind, labels, traceparent)
 SELECT r.value ->> 'id', r.value ->> 'tenant', r.value ->> 'source', r.value ->> 'source_id',
     r.value ->> 'title', r.value ->> 'task_type', r.value ->> 'payload', r.value ->> 'priority',
     r.value ->> 'state', r.value ->> 'max_retries', r.value ->> 'timeout_secs',
@@ -17,7 +17,7 @@ SELECT r.value ->> 'id', r.value ->> 'tenant', r.value ->> 'source', r.value ->>
     r.value ->> 'eligible_at', r.value ->> 'created_at', r.value ->> 'created_at',
     r.value ->> 'event_seq', r.value ->> 'last_hash', r.value ->> 'hold',
     r.value ->> 'state_reason', coalesce(r.value ->> 'kind', 'task'),
-    coalesce(r.value ->> 'labels', '[]')
+    coalesce(r.value ->> 'labels', '[]'), r.value ->> 'traceparent'
 FROM json_each(:rows) AS r
 WHERE true
 ORDER BY r.key

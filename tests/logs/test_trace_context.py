@@ -1,0 +1,174 @@
+"""OpenTelemetry (the otel extra): the trace context taken at submit is kept with the task, each
+attempt runs in a span that is its child, the handler sees that span, and a command agent gets it
+as TRACEPARENT. Spans are read from the SDK's in-memory exporter; both backends."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from agentqueue import AsyncQueue, InvalidInput, TaskState
+
+AGENT = Path(__file__).with_name("trace_agent.py")
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+PARENT_ID = "00f067aa0ba902b7"
+SUBMITTED = f"00-{TRACE_ID}-{PARENT_ID}-01"
+
+_exporter = InMemorySpanExporter()
+
+
+@pytest.fixture
+def spans() -> InMemorySpanExporter:
+    """The SDK set up in this test process (once: the global provider can be set once)."""
+    provider = trace.get_tracer_provider()
+    if not isinstance(provider, TracerProvider):
+        provider = TracerProvider()
+        trace.set_tracer_provider(provider)
+    if not getattr(provider, "_aq_test_exporter", False):
+        provider.add_span_processor(SimpleSpanProcessor(_exporter))
+        provider._aq_test_exporter = True  # type: ignore[attr-defined]
+    _exporter.clear()
+    return _exporter
+
+
+def _task(task_type: str) -> dict[str, Any]:
+    return {"title": task_type, "task_type": task_type, "traceparent": SUBMITTED}
+
+
+def _traceparent(context: Any) -> str:
+    return f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"
+
+
+def _config(tmp_path: Path) -> Path:
+    path = tmp_path / "agentqueue.toml"
+    path.write_text(
+        f"""
+[worker]
+poll_secs = 0.2
+workdir = "{tmp_path / "runs"}"
+
+[agents.tracer]
+command = ["{sys.executable}", "{AGENT}"]
+task_types = ["traced_agent"]
+"""
+    )
+    return path
+
+
+async def test_attempt_spans_are_children_of_the_submitted_context(
+    db_url: str, tmp_path: Path, spans: InMemorySpanExporter
+) -> None:
+    queue = AsyncQueue(db_url, config=_config(tmp_path))
+    seen: dict[str, Any] = {}
+
+    @queue.handler("traced")
+    async def traced(task: Any, ctx: Any) -> None:
+        seen[str(task.id)] = (trace.get_current_span().get_span_context(), ctx.traceparent)
+
+    try:
+        handled = (await queue.submit(_task("traced"))).task
+        by_agent = (await queue.submit(_task("traced_agent"))).task
+        with trace.get_tracer("caller").start_as_current_span("caller") as caller:
+            inherited = (await queue.submit({"title": "c", "task_type": "traced"})).task
+        caller_ctx = caller.get_span_context()
+        assert handled.traceparent == SUBMITTED
+        assert inherited.traceparent == _traceparent(caller_ctx)
+        assert (await queue.get(handled.id)).traceparent == SUBMITTED  # stored, read back
+
+        worker = queue.worker(concurrency=4, run_scheduler=True)
+        running = asyncio.create_task(worker.run())
+        try:
+            for _ in range(300):
+                states = [(await queue.get(t.id)).state for t in (handled, by_agent, inherited)]
+                if all(s.terminal for s in states):
+                    break
+                await asyncio.sleep(0.1)
+        finally:
+            worker.stop()
+            await running
+        agent_task = await queue.get(by_agent.id)
+        assert [(await queue.get(t.id)).state for t in (handled, inherited)] == [
+            TaskState.COMPLETED, TaskState.COMPLETED,
+        ]  # fmt: skip
+        assert agent_task.state is TaskState.COMPLETED, agent_task.error
+    finally:
+        await queue.close()
+
+    attempts = {
+        s.attributes["agentqueue.task_id"]: s
+        for s in spans.get_finished_spans()
+        if s.name.startswith("agentqueue.attempt")
+    }
+    for task in (handled, by_agent):
+        span = attempts[str(task.id)]
+        assert span.parent is not None and span.parent.span_id == int(PARENT_ID, 16)
+        assert span.context.trace_id == int(TRACE_ID, 16)
+    handler_span = attempts[str(handled.id)].context
+    # The handler ran with its attempt's span current, and was told its context.
+    current, told = seen[str(handled.id)]
+    assert current.span_id == handler_span.span_id and told == _traceparent(handler_span)
+    agent_span = attempts[str(by_agent.id)].context
+    assert agent_task.result == {"traceparent": _traceparent(agent_span)}
+    inherited_span = attempts[str(inherited.id)]
+    assert inherited_span.context.trace_id == caller_ctx.trace_id
+    assert inherited_span.parent is not None
+    assert inherited_span.parent.span_id == caller_ctx.span_id
+
+
+async def test_a_bad_traceparent_is_refused_naming_the_field(db_url: str) -> None:
+    queue = AsyncQueue(db_url)
+    try:
+        for bad in ("00-xyz", f"ff-{TRACE_ID}-{PARENT_ID}-01", f"00-{'0' * 32}-{PARENT_ID}-01"):
+            with pytest.raises(InvalidInput) as caught:
+                await queue.submit({"title": "t", "task_type": "x", "traceparent": bad})
+            assert caught.value.fields == ["traceparent"]
+    finally:
+        await queue.close()
+
+
+def test_without_the_extra_nothing_imports_opentelemetry(tmp_path: Path) -> None:
+    """Submit, run a worker and log its transitions in a process where OpenTelemetry cannot be
+    imported: the task's traceparent is still kept and handed to the handler."""
+    script = f"""
+import asyncio, logging, sys
+class Blocker:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "opentelemetry":
+            raise ImportError("blocked")
+sys.meta_path.insert(0, Blocker())
+from agentqueue import AsyncQueue
+from agentqueue.logsetup import configure
+configure("json", "INFO")
+seen = []
+async def main():
+    q = AsyncQueue("sqlite:///{tmp_path / "q.db"}")
+    @q.handler("x")
+    async def x(task, ctx):
+        seen.append(ctx.traceparent)
+    t = (await q.submit({{"title": "t", "task_type": "x", "traceparent": "{SUBMITTED}"}})).task
+    w = q.worker(concurrency=1)
+    run = asyncio.create_task(w.run())
+    for _ in range(300):
+        if (await q.get(t.id)).state.terminal:
+            break
+        await asyncio.sleep(0.05)
+    w.stop()
+    await run
+    await q.close()
+asyncio.run(main())
+assert seen == ["{SUBMITTED}"], seen
+assert not [m for m in sys.modules if m.startswith("opentelemetry")]
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+    assert done.stdout.strip() == "ok", done.stderr

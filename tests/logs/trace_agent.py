@@ -1,0 +1,6 @@
+"""A command agent that answers with the TRACEPARENT it was given."""
+
+import json
+import os
+
+print(json.dumps({"traceparent": os.environ.get("TRACEPARENT")}))
