@@ -37,7 +37,12 @@ SECRET_NAME = re.compile(r"secret|token|password|passwd|api_?key|authorization",
 """A key or variable name whose value is a secret (matched anywhere in the name)."""
 
 _URL_PASSWORD = re.compile(r"(\b[a-zA-Z][\w+.-]*://[^\s:/@]*:)([^\s@/]+)(@)")
-_AUTH_SCHEME = re.compile(r"(?i)\b(bearer|basic)(\s+)[\w.~+/=-]+")
+# An Authorization header's credential, whatever its scheme; and "Bearer <token>" anywhere
+# (a token of 16 characters or more, so a sentence with the word in it is left alone).
+_AUTH_HEADER = re.compile(
+    r"""(?i)(authorization["']?\s*[:=]\s*["']?)((?:bearer|basic|token)\s+)?[^\s"',;&}]+"""
+)
+_BEARER = re.compile(r"(?i)\b(bearer\s+)[\w.~+/=-]{16,}")
 _API_TOKEN = re.compile(r"\baq_[a-z0-9]{12}_[\w-]+")
 # The value after a key naming a secret: token=..., "password": "...", X_SECRET_KEY=... (the
 # match starts at the keyword, so the scan stays linear).
@@ -110,8 +115,10 @@ def mask(text: str) -> str:
     if "aq_" in text:
         text = _API_TOKEN.sub(MASK, text)
     lower = text.lower()
-    if "bearer" in lower or "basic" in lower:
-        text = _AUTH_SCHEME.sub(rf"\g<1>\g<2>{MASK}", text)
+    if "authorization" in lower:
+        text = _AUTH_HEADER.sub(rf"\g<1>\g<2>{MASK}", text)
+    if "bearer" in lower:
+        text = _BEARER.sub(rf"\g<1>{MASK}", text)
     if any(word in lower for word in _KEYWORDS):
         text = _KEY_VALUE.sub(rf"\g<1>{MASK}", text)
     return text

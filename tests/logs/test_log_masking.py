@@ -40,6 +40,7 @@ def _log_everything(logger: logging.Logger) -> None:
             "api_token": "plain-token-value-42",
             "note": f"webhook uses {CONFIG_SECRET}",
             "headers": {"Authorization": "Bearer abc.def.ghi", "X-Other": ENV_SECRET},
+            "sent": "Authorization: Bearer abc.def.ghi",
         },
     )
     try:
@@ -83,5 +84,8 @@ def test_secrets_are_masked_in_message_extra_fields_and_exceptions(
 def test_mask_keeps_ordinary_text() -> None:
     text = "task 0193 bugfix attempt 2: executing -> retrying (12.5 ms)"
     assert mask(text) == text
+    assert mask("ran the basic configuration checks") == "ran the basic configuration checks"
+    assert mask("Bearer eyJhbGciOiJIUzI1NiJ9.e30.x") == f"Bearer {MASK}"
+    assert mask("Authorization: Basic dXNlcjpwYXNz") == f"Authorization: Basic {MASK}"
     assert mask("AWS_SECRET_ACCESS_KEY=abcd1234 next") == f"AWS_SECRET_ACCESS_KEY={MASK} next"
     assert mask('{"password": "hunter22"}') == f'{{"password": "{MASK}"}}'

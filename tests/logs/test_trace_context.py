@@ -135,9 +135,10 @@ async def test_a_bad_traceparent_is_refused_naming_the_field(db_url: str) -> Non
         await queue.close()
 
 
-def test_without_the_extra_nothing_imports_opentelemetry(tmp_path: Path) -> None:
+def test_without_opentelemetry_tasks_run_and_keep_their_traceparent(tmp_path: Path) -> None:
     """Submit, run a worker and log its transitions in a process where OpenTelemetry cannot be
-    imported: the task's traceparent is still kept and handed to the handler."""
+    imported (as without the extra): nothing tries to, the task's traceparent is kept and
+    handed to the handler."""
     script = f"""
 import asyncio, logging, sys
 class Blocker:
