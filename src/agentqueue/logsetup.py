@@ -128,6 +128,7 @@ _STANDARD = frozenset(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) 
     "message",
     "asctime",
     "taskName",
+    "color_message",  # uvicorn's copy of the message with terminal colours
 }
 
 
