@@ -7,12 +7,13 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
@@ -23,21 +24,37 @@ TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_ID = "00f067aa0ba902b7"
 SUBMITTED = f"00-{TRACE_ID}-{PARENT_ID}-01"
 
+
+class _WhileTesting(SimpleSpanProcessor):
+    """Exports spans only while a test that reads them runs (the provider stays set for the
+    rest of the process: the global provider can be set once)."""
+
+    active = False
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if self.active:
+            super().on_end(span)
+
+
 _exporter = InMemorySpanExporter()
+_processor = _WhileTesting(_exporter)
 
 
 @pytest.fixture
-def spans() -> InMemorySpanExporter:
-    """The SDK set up in this test process (once: the global provider can be set once)."""
+def spans() -> Iterator[InMemorySpanExporter]:
+    """The SDK set up in this test process, its spans in memory while the test runs."""
     provider = trace.get_tracer_provider()
     if not isinstance(provider, TracerProvider):
         provider = TracerProvider()
         trace.set_tracer_provider(provider)
     if not getattr(provider, "_aq_test_exporter", False):
-        provider.add_span_processor(SimpleSpanProcessor(_exporter))
+        provider.add_span_processor(_processor)
         provider._aq_test_exporter = True  # type: ignore[attr-defined]
     _exporter.clear()
-    return _exporter
+    _processor.active = True
+    yield _exporter
+    _processor.active = False
+    _exporter.clear()
 
 
 def _task(task_type: str) -> dict[str, Any]:
