@@ -190,3 +190,17 @@ print("ok")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           timeout=60)  # fmt: skip
     assert done.stdout.strip() == "ok", done.stderr
+
+
+def test_submit_traceparent_option_is_kept_and_a_bad_one_refused(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from agentqueue.cli import main
+
+    db = f"sqlite:///{tmp_path / 'cli.db'}"
+    base = ["--db", db, "submit", "--title", "t", "--type", "x", "--json"]
+    done = CliRunner().invoke(main, [*base, "--traceparent", SUBMITTED])
+    assert done.exit_code == 0, done.output
+    assert '"traceparent": "' + SUBMITTED + '"' in done.output
+    bad = CliRunner().invoke(main, [*base, "--traceparent", "00-abc"])
+    assert bad.exit_code == 2 and "traceparent: must be a W3C traceparent" in bad.output
