@@ -204,3 +204,34 @@ def test_submit_traceparent_option_is_kept_and_a_bad_one_refused(tmp_path: Path)
     assert '"traceparent": "' + SUBMITTED + '"' in done.output
     bad = CliRunner().invoke(main, [*base, "--traceparent", "00-abc"])
     assert bad.exit_code == 2 and "traceparent: must be a W3C traceparent" in bad.output
+
+
+async def test_spans_are_off_with_logging_opentelemetry_false(
+    tmp_path: Path, spans: InMemorySpanExporter
+) -> None:
+    from agentqueue.config import Settings
+
+    settings = Settings(logging={"opentelemetry": False})  # type: ignore[arg-type]
+    queue = AsyncQueue(f"sqlite:///{tmp_path / 'off.db'}", settings=settings)
+    told: list[str | None] = []
+
+    @queue.handler("quiet")
+    async def quiet(task: Any, ctx: Any) -> None:
+        told.append(ctx.traceparent)
+
+    try:
+        task = (await queue.submit(_task("quiet"))).task
+        worker = queue.worker(concurrency=1)
+        running = asyncio.create_task(worker.run())
+        try:
+            for _ in range(300):
+                if (await queue.get(task.id)).state.terminal:
+                    break
+                await asyncio.sleep(0.05)
+        finally:
+            worker.stop()
+            await running
+    finally:
+        await queue.close()
+    assert told == [SUBMITTED]  # the task's own context, handed on as submitted
+    assert not [s for s in spans.get_finished_spans() if s.name.startswith("agentqueue.")]
