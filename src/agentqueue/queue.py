@@ -31,6 +31,7 @@ from .domain.errors import InvalidInput
 from .domain.models import Event, LogRecord, Task
 from .domain.schedule import Schedule
 from .domain.states import Action, Refusal, TaskState
+from .domain.waiting import Reason, Scope, Survey
 from .executors.inprocess import Handler
 from .ids import parse_task_id
 from .scheduler import steps as maintenance
@@ -42,6 +43,7 @@ from .service import actions, approvals, audit, execution, pausing, reads, submi
 from .service import deliveries as deliveries_service
 from .service import schedules as cron_schedules
 from .service import tools as tools_service
+from .service import waiting as waiting_service
 from .service.audit import VerifyReport
 from .service.execution import HeartbeatReply, Outcome, OutcomeKind
 from .service.reads import Stats, TaskPage
@@ -229,6 +231,18 @@ class AsyncQueue:
     async def get(self, task_id: UUID | str) -> Task:
         """One task by id; NotFound if there is none (in this queue's tenant)."""
         return await reads.get(await self._ready(), parse_task_id(task_id), self.tenant)
+
+    async def waiting(self, task_id: UUID | str) -> tuple[Task, list[Reason]]:
+        """One task and why it waits (no reasons unless it is pending, blocked, queued,
+        retrying, waiting on a tool or executing); NotFound if there is none."""
+        rt = await self._ready()
+        task = await reads.get(rt, parse_task_id(task_id), self.tenant)
+        return task, await waiting_service.why(rt, task)
+
+    async def left_for(self, scope: Scope) -> Survey | None:
+        """What is left for the process ``scope`` describes (``--until-idle``): None while a
+        task it still waits for exists, else the tasks left with their reasons."""
+        return await waiting_service.left_for(await self._ready(), scope)
 
     async def events(self, task_id: UUID | str) -> list[Event]:
         """The audit events of one task, oldest first."""
@@ -890,6 +904,7 @@ class Queue:
     submit = _facade(AsyncQueue.submit)
     submit_many = _facade(AsyncQueue.submit_many)
     get = _facade(AsyncQueue.get)
+    waiting = _facade(AsyncQueue.waiting)
     events = _facade(AsyncQueue.events)
     stats = _facade(AsyncQueue.stats)
     work_left = _facade(AsyncQueue.work_left)

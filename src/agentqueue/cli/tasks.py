@@ -196,13 +196,18 @@ def list_cmd(
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.pass_context
 def show(ctx: click.Context, task_id: str, as_json: bool) -> None:
-    """Show one task."""
+    """Show one task and, unless it has ended, why it waits (``waiting``)."""
     tid = _id(task_id)
-    task = run(ctx, lambda q: q.get(tid))
+    task, reasons = run(ctx, lambda q: q.waiting(tid))
     if as_json:
-        emit_json(task.to_json())
+        data = task.to_json()
+        if reasons:
+            data["waiting"] = [r.to_json() for r in reasons]
+        emit_json(data)
     else:
         show_task(task)
+        for reason in reasons:
+            click.echo(f"{'waiting'.ljust(len('idempotency_key'))}  {reason.text}")
 
 
 @click.command("tool-result")
