@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from ..domain.errors import InvalidInput
-from ..queue import AsyncQueue
 from .shell import (
     EXIT_BAD_INPUT,
     EXIT_ERROR,
@@ -22,6 +21,9 @@ from .shell import (
     run_db,
     table,
 )
+
+if TYPE_CHECKING:  # loaded when the command runs (start-up time)
+    from ..queue import AsyncQueue
 
 
 @click.command()

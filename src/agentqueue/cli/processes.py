@@ -8,13 +8,12 @@ import logging
 import os
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from ..domain.errors import AgentQueueError, InvalidInput, StoreUnavailable
 from ..domain.waiting import Scope, Survey
-from ..queue import AsyncQueue
 from ..supervise import until_reachable
 from .shell import (
     EXIT_BAD_INPUT,
@@ -22,6 +21,9 @@ from .shell import (
     fail,
     run_db,
 )
+
+if TYPE_CHECKING:  # loaded when the command runs (start-up time)
+    from ..queue import AsyncQueue
 
 API_LOG = logging.getLogger("agentqueue.api")
 

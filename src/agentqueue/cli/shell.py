@@ -13,18 +13,20 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias, TypeVar
 
 import click
 
-from ..client import AsyncClient
 from ..domain.errors import AgentQueueError, InvalidInput, StoreLocked, StoreUnavailable
 from ..domain.models import Event, Task
 from ..domain.priority import priority_name
 from ..domain.states import TaskState
 from ..ids import parse_task_id
-from ..queue import AsyncQueue
-from ..service.reads import TaskPage
+
+if TYPE_CHECKING:  # loaded when a command runs: --help needs neither (start-up time)
+    from ..client import AsyncClient
+    from ..queue import AsyncQueue
+    from ..service.reads import TaskPage
 
 T = TypeVar("T")
 
@@ -40,7 +42,7 @@ STATES = [s.value for s in TaskState]
 DATABASE_ONLY = frozenset({"worker", "serve", "scheduler", "migrate", "api", "bench"})
 """Commands that work on a database themselves, never through a server's API."""
 
-QueueLike = AsyncQueue | AsyncClient
+QueueLike: TypeAlias = "AsyncQueue | AsyncClient"
 """What a one-shot command acts on: the database's queue, or a client of a server (``--api``);
 the two have the same method names."""
 
@@ -73,6 +75,7 @@ def run(
             EXIT_BAD_INPUT,
         )
     token = _api_token(opts["token_env"])
+    from ..client import AsyncClient
 
     async def go() -> T:
         async with AsyncClient(opts["api"], token) as client:
@@ -129,6 +132,7 @@ def run_db(
     their own loops decide. ``loop_factory`` makes the event loop (default: asyncio's).
     """
     opts = ctx.find_root().obj
+    from ..queue import AsyncQueue
 
     async def go() -> T:
         queue = AsyncQueue(

@@ -16,12 +16,12 @@ from ..domain.errors import InvalidInput, ServerUnreachable
 from ..domain.models import Event
 from .answers import EventStream, answer, error_for
 from .calls import Call, Calls, encoded
+from .names import TOKEN_ENV, URL_ENV
 
 P = ParamSpec("P")
+
 R = TypeVar("R")
 
-URL_ENV = "AGENTQUEUE_API"
-TOKEN_ENV = "AGENTQUEUE_TOKEN"
 DEFAULT_TIMEOUT_SECS = 30.0
 STREAM_READ_SECS = 60.0
 """The longest silence an event stream may keep before the client gives up on it (the server
