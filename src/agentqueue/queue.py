@@ -209,15 +209,22 @@ class AsyncQueue:
         return results[0]
 
     async def submit_many(
-        self, specs: Iterable[TaskSpec | Mapping[str, Any]]
+        self,
+        specs: Iterable[TaskSpec | Mapping[str, Any]],
+        *,
+        progress: Callable[[int], None] | None = None,
     ) -> list[SubmitResult]:
         """Submit many tasks in bulk (one statement per 1,000); results in input order.
 
         All are validated first: one bad item fails the call, naming ``tasks[i].field``, and
-        nothing is written.
+        nothing is written. ``progress`` is told how many were stored after each 1,000.
         """
         return await submit.submit_many(
-            await self._ready(), specs, tenant=self.tenant, defaults=self._defaults()
+            await self._ready(),
+            specs,
+            tenant=self.tenant,
+            defaults=self._defaults(),
+            progress=progress,
         )
 
     def _defaults(self) -> dict[str, Any]:
@@ -664,9 +671,10 @@ class AsyncQueue:
 
     # --- audit ------------------------------------------------------------------------------
 
-    async def verify(self) -> VerifyReport:
-        """Check every task's audit chain; the report names the first bad event."""
-        return await audit.verify(await self._ready())
+    async def verify(self, *, progress: Callable[[int], None] | None = None) -> VerifyReport:
+        """Check every task's audit chain; the report names the first bad event. ``progress``
+        is told of each task checked."""
+        return await audit.verify(await self._ready(), progress=progress)
 
     # --- API tokens (R20) -------------------------------------------------------------------
 

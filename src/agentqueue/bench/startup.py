@@ -66,7 +66,13 @@ def _time(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
 def measure(runs: int = 20) -> list[Figures]:
     """Time ``--help`` and ``list`` ``runs`` times each."""
     exe = _executable()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTQUEUE_")}
+    # Bytecode is written (as an installed package has it): PYTHONDONTWRITEBYTECODE would make
+    # every run compile the sources again, which no user pays.
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("AGENTQUEUE_") and k != "PYTHONDONTWRITEBYTECODE"
+    }
     with tempfile.TemporaryDirectory(prefix="aq-startup-") as tmp:
         url = f"sqlite:///{Path(tmp) / 'small.db'}"
         lines = "".join(f'{{"title": "task {i}", "task_type": "docs"}}\n' for i in range(TASKS))

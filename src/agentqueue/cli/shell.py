@@ -10,7 +10,8 @@ import os
 import re
 import sys
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias, TypeVar
@@ -52,6 +53,25 @@ def _default_actor() -> str:
         return os.environ.get("AGENTQUEUE_ACTOR") or getpass.getuser()
     except Exception:  # no user name on some containers
         return "cli"
+
+
+PROGRESS_MIN = 1000
+"""A run this long (tasks) shows progress on a terminal; a shorter one is over before a bar
+would tell anything."""
+
+
+@contextmanager
+def progress(total: int, unit: str, what: str) -> Iterator[Callable[[int], None] | None]:
+    """A progress bar on stderr while a long run (``total`` of at least PROGRESS_MIN) goes on,
+    when stderr is a terminal; else None (a pipe or a file gets nothing). tqdm is loaded only
+    then (start-up time)."""
+    if total < PROGRESS_MIN or not sys.stderr.isatty():
+        yield None
+        return
+    from tqdm import tqdm  # type: ignore[import-untyped]
+
+    with tqdm(total=total, unit=unit, desc=what, file=sys.stderr, leave=False) as bar:
+        yield bar.update
 
 
 def fail(message: str, code: int = EXIT_ERROR) -> NoReturn:
