@@ -36,8 +36,7 @@ MAX_DEPENDENCY_READS = 5
 
 async def _facts(rt: Runtime, tasks: Sequence[Task], scope: Scope | None) -> Facts:
     paused = await rt.paused_types(max_age_secs=0.0)
-    async with rt.store.transaction() as tx:
-        load = Load.count(await tx.active_load())
+    load = Load.count(await rt.store.active_load())
     settings = rt.settings
     pipelines = rt.pipelines
 
