@@ -18,30 +18,24 @@ import os
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, Concatenate, ParamSpec, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Self, TypeVar
 from uuid import UUID
 
 from .clock import Clock, SystemClock
 from .config import Settings, load_settings
-from .delivery import deliverer
-from .delivery.alerts import deliver_due_alerts
 from .domain.access import TokenRecord, in_scope
 from .domain.deliveries import DeliveryRecord
 from .domain.errors import InvalidInput
 from .domain.models import Event, LogRecord, Task
 from .domain.schedule import Schedule
 from .domain.states import Action, Refusal, TaskState
+from .domain.waiting import Reason, Scope, Survey
 from .executors.inprocess import Handler
 from .ids import parse_task_id
-from .scheduler import steps as maintenance
-from .scheduler.leader import LEADERSHIP
-from .scheduler.loop import Scheduler
-from .scheduler.retention import purge_expired_dead_letters
-from .scheduler.steps import PERIODIC_STEPS, TickReport
 from .service import actions, approvals, audit, execution, pausing, reads, submit, tokens
 from .service import deliveries as deliveries_service
-from .service import schedules as cron_schedules
 from .service import tools as tools_service
+from .service import waiting as waiting_service
 from .service.audit import VerifyReport
 from .service.execution import HeartbeatReply, Outcome, OutcomeKind
 from .service.reads import Stats, TaskPage
@@ -51,8 +45,13 @@ from .spec import TaskSpec, check_name
 from .store import DEFAULT_URL, Lease, Store, describe_url, make_store
 from .store.base import LeaderInfo, PausedType
 from .supervise import Supervisor, until_reachable
-from .worker.assemble import build_executors
-from .worker.runner import Worker, WorkerOptions, default_worker_id
+
+if TYPE_CHECKING:
+    # Loaded by the methods that use them: a one-shot command (``agentqueue list``) reads the
+    # database without paying for the scheduler, the worker and the outbox's HTTP senders.
+    from .scheduler.loop import Scheduler
+    from .scheduler.steps import TickReport
+    from .worker.runner import Worker
 
 log = logging.getLogger("agentqueue.scheduler")
 
@@ -210,15 +209,22 @@ class AsyncQueue:
         return results[0]
 
     async def submit_many(
-        self, specs: Iterable[TaskSpec | Mapping[str, Any]]
+        self,
+        specs: Iterable[TaskSpec | Mapping[str, Any]],
+        *,
+        progress: Callable[[int], None] | None = None,
     ) -> list[SubmitResult]:
         """Submit many tasks in bulk (one statement per 1,000); results in input order.
 
         All are validated first: one bad item fails the call, naming ``tasks[i].field``, and
-        nothing is written.
+        nothing is written. ``progress`` is told how many were stored after each 1,000.
         """
         return await submit.submit_many(
-            await self._ready(), specs, tenant=self.tenant, defaults=self._defaults()
+            await self._ready(),
+            specs,
+            tenant=self.tenant,
+            defaults=self._defaults(),
+            progress=progress,
         )
 
     def _defaults(self) -> dict[str, Any]:
@@ -229,6 +235,18 @@ class AsyncQueue:
     async def get(self, task_id: UUID | str) -> Task:
         """One task by id; NotFound if there is none (in this queue's tenant)."""
         return await reads.get(await self._ready(), parse_task_id(task_id), self.tenant)
+
+    async def waiting(self, task_id: UUID | str) -> tuple[Task, list[Reason]]:
+        """One task and why it waits (no reasons unless it is pending, blocked, queued,
+        retrying, waiting on a tool or executing); NotFound if there is none."""
+        rt = await self._ready()
+        task = await reads.get(rt, parse_task_id(task_id), self.tenant)
+        return task, await waiting_service.why(rt, task)
+
+    async def left_for(self, scope: Scope) -> Survey | None:
+        """What is left for the process ``scope`` describes (``--until-idle``): None while a
+        task it still waits for exists, else the tasks left with their reasons."""
+        return await waiting_service.left_for(await self._ready(), scope)
 
     async def events(self, task_id: UUID | str) -> list[Event]:
         """The audit events of one task, oldest first."""
@@ -394,34 +412,50 @@ class AsyncQueue:
 
     async def admit(self, limit: int = 1000) -> list[Task]:
         """Admit pending tasks to the queue, best first; return them in that order."""
+        from .scheduler import steps as maintenance
+
         ids = await maintenance.admit(await self._ready(), limit)
         found = {t.id: t for t in await self._rt.store.get_tasks(ids)}
         return [found[i] for i in ids if i in found]
 
-    async def admit_ids(self, limit: int = maintenance.ADMIT_BATCH) -> list[UUID]:
-        """Like :meth:`admit`, returning only the ids (what the scheduler loop needs)."""
-        return await maintenance.admit(await self._ready(), limit)
+    async def admit_ids(self, limit: int | None = None) -> list[UUID]:
+        """Like :meth:`admit`, returning only the ids (what the scheduler loop needs); at most
+        ``limit`` (default: the scheduler's batch)."""
+        from .scheduler import steps as maintenance
+
+        batch = maintenance.ADMIT_BATCH if limit is None else limit
+        return await maintenance.admit(await self._ready(), batch)
 
     async def reclaim_lapsed(self, limit: int = 500) -> list[Task]:
         """Take back executing tasks whose lease lapsed or whose attempt timed out."""
+        from .scheduler import steps as maintenance
+
         return await maintenance.reclaim_lapsed(await self._ready(), limit)
 
     async def promote_due_retries(self, limit: int = 500) -> list[Task]:
         """Move retrying tasks whose backoff elapsed back to pending."""
+        from .scheduler import steps as maintenance
+
         return await maintenance.promote_due_retries(await self._ready(), limit)
 
     async def tick(self) -> TickReport:
         """One scheduler pass: reclaim, promote retries, admit."""
+        from .scheduler import steps as maintenance
+
         return await maintenance.tick(await self._ready())
 
     async def deliver_alerts(self, limit: int = 50) -> int:
         """Send due dead-letter alerts (R8) to the configured webhook; return how many were
         delivered. Failed ones are tried again later, with backoff, until delivered."""
+        from .delivery.alerts import deliver_due_alerts
+
         return await deliver_due_alerts(await self._ready(), limit=limit)
 
     async def purge_dead_letters(self, limit: int = 500) -> int:
         """Purge dead letters kept past their retention (R8); return how many. Their audit
         events stay, ending with the purge."""
+        from .scheduler.retention import purge_expired_dead_letters
+
         return await purge_expired_dead_letters(await self._ready(), limit)
 
     def scheduler(self, *, holder: str | None = None, listen: bool = True) -> Scheduler:
@@ -429,6 +463,10 @@ class AsyncQueue:
         the leadership and, while it leads, runs every step (see agentqueue.scheduler)."""
         if not self._opened:
             raise RuntimeError("open the queue before making a scheduler")
+        from .scheduler.loop import Scheduler
+        from .scheduler.steps import PERIODIC_STEPS
+        from .worker.runner import default_worker_id
+
         return Scheduler(
             self._rt, holder or default_worker_id(), listen=listen, periodic=PERIODIC_STEPS
         )
@@ -441,6 +479,8 @@ class AsyncQueue:
         jobs = Supervisor(log)
         jobs.start(self.scheduler(holder=holder).run(), "agentqueue-scheduler")
         if deliver:
+            from .delivery import deliverer
+
             sender = deliverer(rt)
             jobs.start(sender.listen(), "agentqueue-deliver-listen")
             jobs.start(sender.run(), "agentqueue-deliver")
@@ -453,11 +493,15 @@ class AsyncQueue:
     async def deliver(self, kinds: Sequence[str] | None = None) -> int:
         """One round of the outbox's deliverer: send what is due now, once, of every kind (of
         ``kinds``, if given) whose destination is configured; return how many were delivered."""
+        from .delivery import deliverer
+
         delivered, _more = await deliverer(await self._ready()).deliver_due(kinds)
         return delivered
 
     async def leader(self) -> LeaderInfo | None:
         """Who holds (or last held) the scheduler leadership."""
+        from .scheduler.leader import LEADERSHIP
+
         return await (await self._ready()).store.leader(LEADERSHIP)
 
     async def pause(
@@ -548,6 +592,9 @@ class AsyncQueue:
         ``deliver_before_exit``: once stopped, try each delivery due then once before
         returning (``--until-idle``). ``origin``: where the database and settings came
         from, said in the start line."""
+        from .worker.assemble import build_executors
+        from .worker.runner import Worker, WorkerOptions, default_worker_id
+
         conf = self.settings.worker
         options = WorkerOptions(
             worker_id=worker_id or default_worker_id(),
@@ -624,9 +671,10 @@ class AsyncQueue:
 
     # --- audit ------------------------------------------------------------------------------
 
-    async def verify(self) -> VerifyReport:
-        """Check every task's audit chain; the report names the first bad event."""
-        return await audit.verify(await self._ready())
+    async def verify(self, *, progress: Callable[[int], None] | None = None) -> VerifyReport:
+        """Check every task's audit chain; the report names the first bad event. ``progress``
+        is told of each task checked."""
+        return await audit.verify(await self._ready(), progress=progress)
 
     # --- API tokens (R20) -------------------------------------------------------------------
 
@@ -674,6 +722,8 @@ class AsyncQueue:
         template = (
             task.model_dump(mode="json", exclude_unset=True) if isinstance(task, TaskSpec) else task
         )
+        from .service import schedules as cron_schedules
+
         return await cron_schedules.add_schedule(
             await self._ready(),
             name,
@@ -687,6 +737,8 @@ class AsyncQueue:
 
     async def schedules(self, *, tenant: str | None = None) -> list[Schedule]:
         """The cron schedules (of this queue's tenant, else of ``tenant``, else of all)."""
+        from .service import schedules as cron_schedules
+
         return await cron_schedules.list_schedules(
             await self._ready(), in_scope(self.tenant, tenant)
         )
@@ -694,6 +746,8 @@ class AsyncQueue:
     async def remove_schedule(self, name: str, *, tenant: str | None = None) -> Schedule:
         """Remove a cron schedule and return it; NotFound if there is none by that name.
         Tasks it already submitted are left as they are."""
+        from .service import schedules as cron_schedules
+
         return await cron_schedules.remove_schedule(
             await self._ready(), in_scope(self.tenant, tenant), name
         )
@@ -701,6 +755,8 @@ class AsyncQueue:
     async def fire_schedules(self) -> int:
         """Submit the tasks of every due cron slot (a scheduler step); return how many were
         created. Any number of schedulers may run it at once: each slot fires once."""
+        from .service import schedules as cron_schedules
+
         return await cron_schedules.fire_due_schedules(await self._ready())
 
     # --- deliveries --------------------------------------------------------------------------
@@ -890,6 +946,7 @@ class Queue:
     submit = _facade(AsyncQueue.submit)
     submit_many = _facade(AsyncQueue.submit_many)
     get = _facade(AsyncQueue.get)
+    waiting = _facade(AsyncQueue.waiting)
     events = _facade(AsyncQueue.events)
     stats = _facade(AsyncQueue.stats)
     work_left = _facade(AsyncQueue.work_left)

@@ -187,3 +187,14 @@ async def test_callbacks_refused_and_deliveries_inspected_through_the_server(
     assert missing.returncode != 0 and "no delivery" in missing.stderr
     table = aq(client_server, "deliveries", "list", "--kind", "callback", "--state", "pending")
     assert made["id"] in table.stdout
+
+
+def test_show_through_the_server_says_why_a_task_waits(client_server: ApiServer) -> None:
+    paused = aq(client_server, "pause", "cli-waits")
+    assert paused.returncode == 0, paused.stderr
+    made = ok_json(client_server, "submit", "--title", "Waits", "--type", "cli-waits")
+    shown = ok_json(client_server, "show", made["id"])
+    assert [r["code"] for r in shown["waiting"]] == ["paused"]
+    human = aq(client_server, "show", made["id"])
+    assert "task type 'cli-waits' is paused" in human.stdout
+    assert aq(client_server, "resume", "cli-waits").returncode == 0

@@ -59,6 +59,23 @@ class TaskOut(_Out):
     traceparent: str | None = None
 
 
+class WaitingOut(_Out):
+    """One reason a task waits: ``code`` (stable: paused, approval, dependencies,
+    dependency_failed, dependency_stuck, backoff, scheduled, no_agent, agent_cap, global_cap,
+    admission, claim, tool, executing, blocked), ``text`` for people, and ``moves``: whether the
+    task goes on without anyone acting."""
+
+    code: str
+    text: str
+    moves: bool
+
+
+class TaskDetailOut(TaskOut):
+    """A task, and (unless it has ended) why it waits."""
+
+    waiting: list[WaitingOut] | None = None
+
+
 class SubmitOut(TaskOut):
     """A submitted task: ``created`` false when an existing task matched (``matched_by``
     says how: ``idempotency_key``, ``source`` or ``id``)."""

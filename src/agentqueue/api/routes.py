@@ -24,7 +24,7 @@ from ..domain.errors import InvalidInput, NotFound, StoreUnavailable
 from ..domain.models import Task
 from ..domain.states import Action, TaskState
 from ..ids import parse_task_id
-from ..service import actions, approvals, audit, deliveries, pausing, reads, tokens
+from ..service import actions, approvals, audit, deliveries, pausing, reads, tokens, waiting
 from ..service import schedules as cron_schedules
 from ..service import tools as tools_service
 from ..service.runtime import Runtime
@@ -265,7 +265,7 @@ def _page(request: Request, page: reads.TaskPage) -> JSONResponse:
     "/tasks/{task_id}",
     summary="Get a task, optionally waiting for it to end",
     response_model=None,
-    responses={200: {"model": models.TaskOut}, **ERRORS},
+    responses={200: {"model": models.TaskDetailOut}, **ERRORS},
     **guarded(access.SUBMITTER),
 )
 async def get_task(
@@ -275,12 +275,13 @@ async def get_task(
     wait: Annotated[float, Query(ge=0, description="Seconds to wait for a terminal state")] = 0,
 ) -> JSONResponse:
     """One task. With ``wait``, the answer comes when the task reaches a terminal state or
-    the wait ends, whichever is first (at most ``[api] max_wait_secs``)."""
+    the wait ends, whichever is first (at most ``[api] max_wait_secs``). A task that has not
+    ended also carries ``waiting``: why it waits, as ``show`` says it."""
     rt = _rt(request)
     tid = _id(task_id)
     task = await reads.get(rt, tid, who.tenant)
     if wait <= 0 or task.terminal:
-        return _task_json(task)
+        return await _task_detail(rt, task)
     limit = min(wait, rt.settings.api.max_wait_secs)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + limit
@@ -298,7 +299,16 @@ async def get_task(
             changed.clear()
             # The watcher read the task as it found it moved; a task gone is read (not found).
             task = watcher.latest(tid) or await reads.get(rt, tid, who.tenant)
-    return _task_json(task)
+    return await _task_detail(rt, task)
+
+
+async def _task_detail(rt: Runtime, task: Task) -> JSONResponse:
+    """A task as ``GET /tasks/{id}`` answers it: with ``waiting`` unless it has ended."""
+    body = shown(task.to_json())
+    reasons = await waiting.why(rt, task)
+    if reasons:
+        body["waiting"] = [r.to_json() for r in reasons]
+    return JSONResponse(body)
 
 
 SSE_EVENT = {

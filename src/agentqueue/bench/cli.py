@@ -22,7 +22,7 @@ def _missing_extras(progress: bool, chart: bool) -> list[str]:
 
 
 @click.command("bench", context_settings={"help_option_names": ["-h", "--help"]})
-@click.argument("benchmarks", nargs=-1, type=click.Choice(["all", *BENCHMARKS]))
+@click.argument("benchmarks", nargs=-1, type=click.Choice(["all", *BENCHMARKS, "startup"]))
 @click.option(
     "--n", "n", type=click.IntRange(min=10), help="Tasks per drain [default: 20,000; smoke: 500]."
 )
@@ -79,12 +79,20 @@ def bench(
     chart.
 
     BENCHMARKS are any of drain, enqueue, latency, admission, backlog, scaling, cost, api
-    (default: all).
+    (default: all), and startup (not in all: the command's own start-up, ``--help`` and
+    ``list`` on a small SQLite database, 20 runs each, 5 with --smoke; printed only).
     Targets are checked and shown, never enforced: the exit code is 0 unless a benchmark failed.
     """
     if setup_peers:
         _setup_peers()
         return
+    if "startup" in benchmarks:
+        from . import startup
+
+        click.echo(startup.report(startup.measure(runs=5 if smoke else 20)))
+        benchmarks = tuple(b for b in benchmarks if b != "startup")
+        if not benchmarks:
+            return
     chosen = BENCHMARKS if not benchmarks or "all" in benchmarks else tuple(benchmarks)
     missing = _missing_extras(not no_progress, "drain" in chosen)
     if missing:

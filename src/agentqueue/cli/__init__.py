@@ -25,7 +25,7 @@ import click
 from click.core import ParameterSource
 
 from .. import __version__
-from ..client import TOKEN_ENV
+from ..client.names import TOKEN_ENV
 from ..store import DEFAULT_URL
 from .shell import (
     DATABASE_ONLY,

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from ..domain.errors import InvalidInput
-from ..queue import AsyncQueue
 from .shell import (
     EXIT_BAD_INPUT,
     EXIT_ERROR,
@@ -17,11 +16,16 @@ from .shell import (
     _short,
     emit_json,
     fail,
+    progress,
     read_json_arg,
     run,
     run_db,
     table,
 )
+
+if TYPE_CHECKING:  # loaded when the command runs (start-up time)
+    from ..queue import AsyncQueue
+    from ..service.audit import VerifyReport
 
 
 @click.command()
@@ -222,7 +226,15 @@ def schedules_rm(ctx: click.Context, name: str, tenant: str | None, as_json: boo
 @click.pass_context
 def verify(ctx: click.Context) -> None:
     """Check every task's audit chain; exit 1 naming the first bad event."""
-    report = run(ctx, lambda q: q.verify())
+    if ctx.find_root().obj["api"] is None and sys.stderr.isatty():
+
+        async def checked(q: AsyncQueue) -> VerifyReport:
+            with progress((await q.stats()).total, "task", "verifying") as step:
+                return await q.verify(progress=step)
+
+        report = run_db(ctx, checked)
+    else:
+        report = run(ctx, lambda q: q.verify())
     if report.ok:
         click.echo(f"ok: {report.tasks} tasks, {report.events} events, every chain holds")
         return

@@ -8,12 +8,12 @@ import logging
 import os
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from ..domain.errors import AgentQueueError, InvalidInput, StoreUnavailable
-from ..queue import AsyncQueue
+from ..domain.waiting import Scope, Survey
 from ..supervise import until_reachable
 from .shell import (
     EXIT_BAD_INPUT,
@@ -21,6 +21,9 @@ from .shell import (
     fail,
     run_db,
 )
+
+if TYPE_CHECKING:  # loaded when the command runs (start-up time)
+    from ..queue import AsyncQueue
 
 API_LOG = logging.getLogger("agentqueue.api")
 
@@ -153,17 +156,21 @@ def _run_worker(
                 await serving
 
     async def _stop_when_idle(queue: AsyncQueue, worker: Any) -> None:
-        quiet = 0
         await worker.started.wait()
+        scope = _scope(queue, worker)
+        quiet = 0
         while True:
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(IDLE_POLL_SECS)
             try:
-                left = await queue.work_left()
+                left = await queue.left_for(scope)
             except StoreUnavailable:  # the worker's own loops report the outage
                 quiet = 0
                 continue
-            quiet = quiet + 1 if left == 0 else 0
-            if quiet >= 2:
+            # Twice in a row: a task between two states (an outcome being written, a claim
+            # under way) is seen in the one or the other.
+            quiet = quiet + 1 if left is not None else 0
+            if left is not None and quiet >= 2:
+                _report_left(worker.id, left)
                 worker.stop()
                 return
 
@@ -171,6 +178,36 @@ def _run_worker(
         await go(q)
 
     run_db(ctx, with_queue, db=db, one_shot=False)
+
+
+IDLE_POLL_SECS = 0.5
+"""How often ``--until-idle`` asks whether anything left is work for this process."""
+
+
+def _scope(queue: AsyncQueue, worker: Any) -> Scope:
+    """What this process runs: its executors' task types and agents, its tools, and the task
+    types its options left out."""
+    serves = tuple((frozenset(e.task_types), frozenset(e.agents)) for e in worker.executors)
+    every = set(queue.handlers)
+    for agent in queue.settings.agents.values():
+        every.update(agent.task_types)
+    served = {t for types, _ in serves for t in types}
+    return Scope(worker.id, serves, frozenset(worker.tools), frozenset(every - served))
+
+
+def _report_left(worker_id: str, left: Survey) -> None:
+    """Say, as the process stops, what is left that it could not run, and why."""
+    n = left.total_left
+    if n == 0:
+        click.echo(f"worker {worker_id} idle: no tasks left", err=True)
+        return
+    click.echo(
+        f"worker {worker_id} idle: {n} task{'s' if n != 1 else ''} left that it cannot run "
+        "(`agentqueue show ID` says more):",
+        err=True,
+    )
+    for line in left.lines():
+        click.echo(line, err=True)
 
 
 async def _api_started(server: Any, serving: asyncio.Task[None], sock: Any, host: str) -> None:

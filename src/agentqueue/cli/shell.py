@@ -10,21 +10,24 @@ import os
 import re
 import sys
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias, TypeVar
 
 import click
 
-from ..client import AsyncClient
 from ..domain.errors import AgentQueueError, InvalidInput, StoreLocked, StoreUnavailable
 from ..domain.models import Event, Task
 from ..domain.priority import priority_name
 from ..domain.states import TaskState
 from ..ids import parse_task_id
-from ..queue import AsyncQueue
-from ..service.reads import TaskPage
+
+if TYPE_CHECKING:  # loaded when a command runs: --help needs neither (start-up time)
+    from ..client import AsyncClient
+    from ..queue import AsyncQueue
+    from ..service.reads import TaskPage
 
 T = TypeVar("T")
 
@@ -40,7 +43,7 @@ STATES = [s.value for s in TaskState]
 DATABASE_ONLY = frozenset({"worker", "serve", "scheduler", "migrate", "api", "bench"})
 """Commands that work on a database themselves, never through a server's API."""
 
-QueueLike = AsyncQueue | AsyncClient
+QueueLike: TypeAlias = "AsyncQueue | AsyncClient"
 """What a one-shot command acts on: the database's queue, or a client of a server (``--api``);
 the two have the same method names."""
 
@@ -50,6 +53,25 @@ def _default_actor() -> str:
         return os.environ.get("AGENTQUEUE_ACTOR") or getpass.getuser()
     except Exception:  # no user name on some containers
         return "cli"
+
+
+PROGRESS_MIN = 1000
+"""A run this long (tasks) shows progress on a terminal; a shorter one is over before a bar
+would tell anything."""
+
+
+@contextmanager
+def progress(total: int, unit: str, what: str) -> Iterator[Callable[[int], None] | None]:
+    """A progress bar on stderr while a long run (``total`` of at least PROGRESS_MIN) goes on,
+    when stderr is a terminal; else None (a pipe or a file gets nothing). tqdm is loaded only
+    then (start-up time)."""
+    if total < PROGRESS_MIN or not sys.stderr.isatty():
+        yield None
+        return
+    from tqdm import tqdm  # type: ignore[import-untyped]
+
+    with tqdm(total=total, unit=unit, desc=what, file=sys.stderr, leave=False) as bar:
+        yield bar.update
 
 
 def fail(message: str, code: int = EXIT_ERROR) -> NoReturn:
@@ -73,6 +95,7 @@ def run(
             EXIT_BAD_INPUT,
         )
     token = _api_token(opts["token_env"])
+    from ..client import AsyncClient
 
     async def go() -> T:
         async with AsyncClient(opts["api"], token) as client:
@@ -129,6 +152,7 @@ def run_db(
     their own loops decide. ``loop_factory`` makes the event loop (default: asyncio's).
     """
     opts = ctx.find_root().obj
+    from ..queue import AsyncQueue
 
     async def go() -> T:
         queue = AsyncQueue(

@@ -18,9 +18,11 @@ from .shell import (
     fail,
     parse_when,
     print_page,
+    progress,
     read_json_arg,
     read_task_file,
     run,
+    run_db,
     show_task,
 )
 
@@ -67,7 +69,13 @@ def submit(ctx: click.Context, /, task_file: str | None, as_json: bool, **flags:
         if not all(isinstance(item, dict) for item in items):
             fail("file: every task must be a JSON object of task fields", EXIT_BAD_INPUT)
         items = [{**fields, **item} for item in items]
-        results = run(ctx, lambda q: q.submit_many(items))
+        # Through a server the file goes in one request: progress only on a database.
+        on_db = ctx.find_root().obj["api"] is None
+        with progress(len(items) if on_db else 0, "task", "submitting") as step:
+            if step is None:
+                results = run(ctx, lambda q: q.submit_many(items))
+            else:
+                results = run_db(ctx, lambda q: q.submit_many(items, progress=step))
         if as_json:
             emit_json([r.to_json() for r in results])
         else:
@@ -203,13 +211,18 @@ def list_cmd(
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.pass_context
 def show(ctx: click.Context, task_id: str, as_json: bool) -> None:
-    """Show one task."""
+    """Show one task and, unless it has ended, why it waits (``waiting``)."""
     tid = _id(task_id)
-    task = run(ctx, lambda q: q.get(tid))
+    task, reasons = run(ctx, lambda q: q.waiting(tid))
     if as_json:
-        emit_json(task.to_json())
+        data = task.to_json()
+        if reasons:
+            data["waiting"] = [r.to_json() for r in reasons]
+        emit_json(data)
     else:
         show_task(task)
+        for reason in reasons:
+            click.echo(f"{'waiting'.ljust(len('idempotency_key'))}  {reason.text}")
 
 
 @click.command("tool-result")

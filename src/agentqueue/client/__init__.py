@@ -25,9 +25,40 @@ query, body, and how to read the answer). ``AsyncClient`` sends calls with an
 in a pool, so close the client (or use it as a context manager) when done.
 """
 
-from .answers import answer, error_for
-from .calls import Call, Calls
-from .http import DEFAULT_TIMEOUT_SECS, TOKEN_ENV, URL_ENV, AsyncClient, Client
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from .names import TOKEN_ENV, URL_ENV
+
+if TYPE_CHECKING:
+    from .answers import answer, error_for
+    from .calls import Call, Calls
+    from .http import DEFAULT_TIMEOUT_SECS, AsyncClient, Client
+
+_WHERE = {
+    "answer": "answers",
+    "error_for": "answers",
+    "Call": "calls",
+    "Calls": "calls",
+    "DEFAULT_TIMEOUT_SECS": "http",
+    "AsyncClient": "http",
+    "Client": "http",
+}
+"""The module each name lives in: loaded on first use, so that naming the environment
+variables (the command line does) does not load httpx."""
+
+
+def __getattr__(name: str) -> Any:
+    """Load a name from its module on first use."""
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "DEFAULT_TIMEOUT_SECS",

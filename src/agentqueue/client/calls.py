@@ -21,6 +21,7 @@ from ..domain.errors import InvalidInput
 from ..domain.models import Event, LogRecord, Task
 from ..domain.schedule import Schedule
 from ..domain.states import TaskState
+from ..domain.waiting import Reason
 from ..ids import parse_task_id
 from ..service.audit import VerifyReport
 from ..service.reads import AgentLoad, Stats, TaskPage
@@ -148,6 +149,15 @@ class Calls:
         return Call(
             "GET", f"/tasks/{_tid(task_id)}", Task.from_json, params, wait=max(0.0, wait or 0.0)
         )
+
+    @staticmethod
+    def waiting(task_id: UUID | str) -> Call[tuple[Task, list[Reason]]]:
+        """One task and why it waits (the ``waiting`` field of its answer)."""
+
+        def decode(data: Any) -> tuple[Task, list[Reason]]:
+            return Task.from_json(data), [Reason.from_json(r) for r in data.get("waiting") or ()]
+
+        return Call("GET", f"/tasks/{_tid(task_id)}", decode)
 
     @staticmethod
     def events(task_id: UUID | str) -> Call[list[Event]]:

@@ -16,12 +16,12 @@ from ..domain.errors import InvalidInput, ServerUnreachable
 from ..domain.models import Event
 from .answers import EventStream, answer, error_for
 from .calls import Call, Calls, encoded
+from .names import TOKEN_ENV, URL_ENV
 
 P = ParamSpec("P")
+
 R = TypeVar("R")
 
-URL_ENV = "AGENTQUEUE_API"
-TOKEN_ENV = "AGENTQUEUE_TOKEN"
 DEFAULT_TIMEOUT_SECS = 30.0
 STREAM_READ_SECS = 60.0
 """The longest silence an event stream may keep before the client gives up on it (the server
@@ -204,6 +204,7 @@ class AsyncClient(_Base):
     submit = _async(Calls.submit)
     submit_many = _async(Calls.submit_many)
     get = _async(Calls.get)
+    waiting = _async(Calls.waiting)
     events = _async(Calls.events)
     logs = _async(Calls.logs)
     dead_letters = _async(Calls.dead_letters)
@@ -296,6 +297,7 @@ class Client(_Base):
     submit = _sync(Calls.submit)
     submit_many = _sync(Calls.submit_many)
     get = _sync(Calls.get)
+    waiting = _sync(Calls.waiting)
     events = _sync(Calls.events)
     logs = _sync(Calls.logs)
     dead_letters = _sync(Calls.dead_letters)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -55,10 +55,13 @@ async def _next(it: AsyncIterator[T]) -> T | None:
         return None
 
 
-async def verify(rt: Runtime, max_breaks: int = 100) -> VerifyReport:
+async def verify(
+    rt: Runtime, max_breaks: int = 100, progress: Callable[[int], None] | None = None
+) -> VerifyReport:
     """Walk every task head and every event in one snapshot, merging the two by task id.
 
-    A chain without a task row holds only if it ends in a purge (R8 retention).
+    A chain without a task row holds only if it ends in a purge (R8 retention). ``progress``
+    is told of each task checked (``progress(1)``).
     """
     tasks = events = purged = 0
     breaks: list[ChainBreak] = []
@@ -91,4 +94,6 @@ async def verify(rt: Runtime, max_breaks: int = 100) -> VerifyReport:
                     purged += found is None
             if found is not None:
                 breaks.append(found)
+            if progress is not None:
+                progress(1)
     return VerifyReport(tasks, events, breaks, purged)

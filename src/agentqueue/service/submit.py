@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
@@ -100,12 +100,13 @@ async def submit_many(
     tenant: str | None = None,
     defaults: Mapping[str, Any] | None = None,
     single: bool = False,
+    progress: Callable[[int], None] | None = None,
 ) -> list[SubmitResult]:
     """Validate every item, then store the new ones; return one result per task, in order:
     one per item, and for an item its pipeline broadcasts, one per delivery.
 
     ``tenant`` scopes the call: items default to it and may not name another. Nothing is written
-    unless every item is valid.
+    unless every item is valid. ``progress`` is told how many were stored after each batch.
     """
     merged = dict(defaults or {})
     merged.setdefault("tenant", tenant or rt.settings.queue.default_tenant)
@@ -116,11 +117,16 @@ async def submit_many(
         defaults=merged,
         single=single,
     )
-    return await submit_parsed(rt, specs, tenant=tenant, single=single)
+    return await submit_parsed(rt, specs, tenant=tenant, single=single, progress=progress)
 
 
 async def submit_parsed(
-    rt: Runtime, specs: Sequence[TaskSpec], *, tenant: str | None = None, single: bool = False
+    rt: Runtime,
+    specs: Sequence[TaskSpec],
+    *,
+    tenant: str | None = None,
+    single: bool = False,
+    progress: Callable[[int], None] | None = None,
 ) -> list[SubmitResult]:
     """:func:`submit_many` for specs ``parse_specs`` already made under ``rt``'s settings,
     every default applied (the API's gathered single submits): they are not validated again.
@@ -131,6 +137,8 @@ async def submit_parsed(
     for start in range(0, len(specs), BATCH):
         chunk = list(range(start, min(start + BATCH, len(specs))))
         await _submit_chunk(rt, specs, kinds, chunk, results)
+        if progress is not None:
+            progress(len(chunk))
     return [r for r in results if r is not None]
 
 

@@ -678,6 +678,11 @@ class TaskReader(Protocol):
         """Captured output of a task, oldest first."""
         ...
 
+    async def active_load(self) -> list[LoadRow]:
+        """Admitted work (queued and executing) per (tenant, agent), as admission counts it,
+        read outside a write transaction (for reports: ``show``, ``--until-idle``)."""
+        ...
+
     async def count_parked(self, now: datetime, tenant: str | None = None) -> int:
         """Pending tasks admission has set aside because no agent can take them."""
         ...

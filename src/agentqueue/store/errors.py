@@ -11,9 +11,6 @@ from __future__ import annotations
 import re
 import sqlite3
 
-import psycopg
-from psycopg_pool import PoolTimeout
-
 from ..domain.errors import StoreError, StoreLocked, StoreMisconfigured, StoreUnavailable
 
 # SQLSTATE classes and codes a later try may get past: connection exceptions (08), operator
@@ -64,6 +61,11 @@ def from_postgres(exc: BaseException) -> StoreError:
     """The classified error for a psycopg (or pool) exception."""
     if isinstance(exc, StoreError):
         return exc
+    # Loaded here: only a PostgreSQL store calls this (with psycopg loaded), and a SQLite
+    # one never pays for it (start-up time).
+    import psycopg
+    from psycopg_pool import PoolTimeout
+
     message = _first_line(exc)
     if isinstance(exc, PoolTimeout):
         return StoreUnavailable(f"PostgreSQL is unreachable: {message}")

@@ -33,6 +33,7 @@ from .base import (
     DeliveryFilter,
     LeaderInfo,
     Lease,
+    LoadRow,
     NewTask,
     Notice,
     PausedType,
@@ -242,6 +243,10 @@ class SQLStore(QueryOps):
         """Captured output of one task."""
         rows = await self._read("logs", task_id=task_id, tenant=tenant)
         return [record_from_row(LogRecord, row, self.codec) for row in rows]
+
+    async def active_load(self) -> list[LoadRow]:
+        """Admitted work per (tenant, agent), read without taking the write lock."""
+        return [LoadRow(r["tenant"], r["agent"], r["n"]) for r in await self._read("active_load")]
 
     async def count_parked(self, now: datetime, tenant: str | None = None) -> int:
         """One count."""

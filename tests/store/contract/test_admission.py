@@ -131,6 +131,8 @@ async def test_active_load_groups_admitted_work_by_tenant_and_agent(
         assert set(await tx.admit_ids([a1.id, a2.id], now, event, "alice")) == {a1.id, a2.id}
         load = sorted(await tx.active_load(), key=lambda r: (r.tenant, r.agent or ""))
     assert load == [LoadRow("a", None, 1), LoadRow("a", "alice", 2)]
+    read = sorted(await store.active_load(), key=lambda r: (r.tenant, r.agent or ""))
+    assert read == load  # Store.active_load: the same counts, read outside a transaction
 
 
 async def test_admission_candidates_per_tenant_and_level_with_skips(
