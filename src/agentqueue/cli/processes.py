@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # loaded when the command runs (start-up time)
     from ..queue import AsyncQueue
 
 API_LOG = logging.getLogger("agentqueue.api")
+WORKER_LOG = logging.getLogger("agentqueue.worker")
 
 
 def _load_app(spec: str) -> Any:
@@ -199,15 +200,16 @@ def _report_left(worker_id: str, left: Survey) -> None:
     """Say, as the process stops, what is left that it could not run, and why."""
     n = left.total_left
     if n == 0:
-        click.echo(f"worker {worker_id} idle: no tasks left", err=True)
+        WORKER_LOG.info("worker %s idle: no tasks left", worker_id)
         return
-    click.echo(
-        f"worker {worker_id} idle: {n} task{'s' if n != 1 else ''} left that it cannot run "
-        "(`agentqueue show ID` says more):",
-        err=True,
+    WORKER_LOG.info(
+        "worker %s idle: %d task%s left that it cannot run (`agentqueue show ID` says more):",
+        worker_id,
+        n,
+        "s" if n != 1 else "",
     )
     for line in left.lines():
-        click.echo(line, err=True)
+        WORKER_LOG.info("%s", line)
 
 
 async def _api_started(server: Any, serving: asyncio.Task[None], sock: Any, host: str) -> None:
@@ -219,7 +221,7 @@ async def _api_started(server: Any, serving: asyncio.Task[None], sock: Any, host
             serving.result()
             raise AgentQueueError("the API stopped as it started")
         await asyncio.sleep(0.02)
-    click.echo(f"API listening on http://{host}:{bound_port(sock)}/v1", err=True)
+    API_LOG.info("API listening on http://%s:%d/v1", host, bound_port(sock))
 
 
 def _api_options(fn: Callable[..., Any]) -> Callable[..., Any]:
