@@ -270,6 +270,16 @@ class WorkerSettings(_Section):
     workdir: str | None = None
 
 
+class MetricsSettings(_Section):
+    """The Prometheus metrics at ``/metrics`` (R19)."""
+
+    tenant_label: bool = False
+    """Label the queue's metrics with the tenant too (one series per tenant: mind the
+    cardinality)."""
+    cache_secs: float = Field(default=1.0, ge=0, le=60)
+    """A scrape within this many seconds of the last is answered from it."""
+
+
 class AlertSettings(_Section):
     """Where a P0 task entering dead_letter is announced (R8), besides the error log line.
 
@@ -586,6 +596,7 @@ class Settings(BaseSettings):
     pipelines: PipelineSettings = Field(default_factory=PipelineSettings)
     api: ApiSettings = Field(default_factory=ApiSettings)
     intake: IntakeSettings = Field(default_factory=IntakeSettings)
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
 
     @model_validator(mode="after")
     def _known_rate_limits(self) -> Settings:

@@ -434,6 +434,7 @@ class Worker:
             OutcomeKind.FAILED,
             error=result.error or "failed",
             retryable=failure_is_retryable(result.retryable, result.end is AttemptEnd.TIMED_OUT),
+            timed_out=result.end is AttemptEnd.TIMED_OUT,
             claimed=task,
             **kept,
         )
