@@ -12,9 +12,8 @@
 -- metric 'latency'    label: bucket index (created -> first start, once per task)
 -- metric 'completion' label: bucket index (last start -> ending, once per ending of a started task)
 -- metric 'lapse'      label: timeout, heartbeat (leases the scheduler took back)
--- A histogram row's label is the index of the first bucket bound >= the value in
--- aq_metric_buckets (the count of bounds below it; one past the last bound is +Inf), and its
--- total the sum of the values that fell there.
+-- A histogram row's label is the index of the first bucket bound >= the value (see
+-- aq_metric_bucket), and its total the sum of the values that fell there.
 CREATE TABLE aq_metric_counts (
     writer    text NOT NULL,
     tenant    text NOT NULL,
@@ -27,53 +26,60 @@ CREATE TABLE aq_metric_counts (
     PRIMARY KEY (writer, tenant, task_type, agent, metric, label)
 );
 
--- The histogram bucket bounds, in seconds (the same list as domain/metrics.py BUCKETS; a test
--- holds the two equal).
-CREATE TABLE aq_metric_buckets (le double precision PRIMARY KEY);
-INSERT INTO aq_metric_buckets (le) VALUES
-    (0.01), (0.05), (0.1), (0.25), (0.5), (1), (2.5), (5), (10), (30), (60), (120), (300),
-    (600), (1800), (3600);
-
-CREATE FUNCTION aq_metric_bucket(v double precision) RETURNS text LANGUAGE sql STABLE AS $$
-    SELECT count(*)::text FROM aq_metric_buckets WHERE le < v
+-- The histogram bucket a value falls in: the count of bounds below it (one past the last bound
+-- is +Inf). The bounds, in seconds, are domain/metrics.py BUCKETS (a test holds the two equal),
+-- negated here because width_bucket counts the bounds at or below its operand. One expression,
+-- so the planner inlines it.
+CREATE FUNCTION aq_metric_bucket(v double precision) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT (16 - width_bucket(-v, '{-3600, -1800, -600, -300, -120, -60, -30, -10, -5, -2.5, -1,
+                                    -0.5, -0.25, -0.1, -0.05, -0.01}'::float8[]))::text
 $$;
 
 CREATE FUNCTION aq_metrics_rollup() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO aq_metric_counts AS m (writer, tenant, task_type, agent, metric, label, n, total)
-    SELECT pg_backend_pid()::text, o.tenant, o.task_type, o.agent, o.metric, o.label,
-           count(*), coalesce(sum(o.v), 0)
+    SELECT pg_backend_pid()::text, e.tenant, t.task_type, coalesce(t.agent, ''), x.metric,
+           x.label, count(*), sum(x.v)
     FROM (
-        SELECT e.tenant, t.task_type, coalesce(t.agent, '') AS agent, x.metric, x.label, x.v
-        FROM aq_new_events e
-        JOIN aq_tasks t ON t.id = e.task_id
-        CROSS JOIN LATERAL (
-            SELECT 'ended' AS metric,
-                   CASE WHEN e.to_state = 'dead_letter' AND (e.data ->> 'timeout') = 'true'
-                        THEN 'timeout' ELSE e.to_state END AS label,
-                   0::double precision AS v
-            WHERE e.to_state IN ('completed', 'failed', 'dead_letter', 'cancelled')
-            UNION ALL
-            SELECT 'completion', aq_metric_bucket(s.v), s.v
-            FROM (SELECT extract(epoch FROM e.at - t.started_at)::double precision AS v) s
-            WHERE e.to_state IN ('completed', 'failed', 'dead_letter', 'cancelled')
-              AND t.started_at IS NOT NULL
-            UNION ALL
-            SELECT 'latency', aq_metric_bucket(s.v), s.v
-            FROM (SELECT extract(epoch FROM e.at - t.created_at)::double precision AS v) s
-            WHERE e.action = 'claim'
-              AND NOT EXISTS (SELECT 1 FROM aq_events p
-                              WHERE p.task_id = e.task_id AND p.seq < e.seq
-                                AND p.action = 'claim')
-            UNION ALL
-            SELECT 'retry', '', 0 WHERE (e.data ->> 'retry') IS NOT NULL
-            UNION ALL
-            SELECT 'lapse',
-                   CASE WHEN (e.data ->> 'timeout') = 'true' THEN 'timeout' ELSE 'heartbeat' END, 0
-            WHERE e.action = 'lease_expired'
-        ) x
-    ) o
-    GROUP BY o.tenant, o.task_type, o.agent, o.metric, o.label
+        SELECT ne.task_id, ne.seq, ne.tenant, ne.at, ne.from_state, ne.to_state, ne.action,
+               (ne.data ->> 'timeout') = 'true' AS timed_out,
+               (ne.data ->> 'retry') IS NOT NULL AS retried
+        FROM aq_new_events ne
+        -- Only the events something is counted for (the others are most of a busy queue's).
+        WHERE ne.action IN ('claim', 'lease_expired')
+           OR ne.to_state IN ('completed', 'failed', 'dead_letter', 'cancelled', 'retrying')
+           OR (ne.from_state = 'waiting_tool' AND ne.to_state = 'queued')
+    ) e
+    -- Lateral: one primary-key probe per event, whatever the planner guesses of the
+    -- transition table's size (it has no statistics).
+    CROSS JOIN LATERAL (
+        SELECT task_type, agent, created_at, started_at FROM aq_tasks WHERE id = e.task_id
+    ) t
+    CROSS JOIN LATERAL (
+        SELECT 'ended' AS metric,
+               CASE WHEN e.to_state = 'dead_letter' AND e.timed_out
+                    THEN 'timeout' ELSE e.to_state END AS label,
+               0::double precision AS v
+        WHERE e.to_state IN ('completed', 'failed', 'dead_letter', 'cancelled')
+        UNION ALL
+        SELECT 'completion', aq_metric_bucket(s.v), s.v
+        FROM (SELECT extract(epoch FROM e.at - t.started_at)::double precision AS v) s
+        WHERE e.to_state IN ('completed', 'failed', 'dead_letter', 'cancelled')
+          AND t.started_at IS NOT NULL
+        UNION ALL
+        SELECT 'latency', aq_metric_bucket(s.v), s.v
+        FROM (SELECT extract(epoch FROM e.at - t.created_at)::double precision AS v) s
+        WHERE e.action = 'claim'
+          AND NOT EXISTS (SELECT 1 FROM aq_events p
+                          WHERE p.task_id = e.task_id AND p.seq < e.seq AND p.action = 'claim')
+        UNION ALL
+        SELECT 'retry', '', 0 WHERE e.retried
+        UNION ALL
+        SELECT 'lapse', CASE WHEN e.timed_out THEN 'timeout' ELSE 'heartbeat' END, 0
+        WHERE e.action = 'lease_expired'
+    ) x
+    GROUP BY e.tenant, t.task_type, t.agent, x.metric, x.label
     ON CONFLICT (writer, tenant, task_type, agent, metric, label)
     DO UPDATE SET n = m.n + EXCLUDED.n, total = m.total + EXCLUDED.total;
     RETURN NULL;

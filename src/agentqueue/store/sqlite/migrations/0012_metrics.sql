@@ -22,9 +22,10 @@ INSERT INTO aq_metric_buckets (le) VALUES
     (600), (1800), (3600);
 
 CREATE TRIGGER aq_events_metrics AFTER INSERT ON aq_events
+-- Only the events something is counted for (the others are most of a busy queue's).
 WHEN NEW.action IN ('claim', 'lease_expired')
-  OR NEW.to_state IN ('completed', 'failed', 'dead_letter', 'cancelled')
-  OR json_extract(NEW.data, '$.retry') IS NOT NULL
+  OR NEW.to_state IN ('completed', 'failed', 'dead_letter', 'cancelled', 'retrying')
+  OR (NEW.from_state = 'waiting_tool' AND NEW.to_state = 'queued')
 BEGIN
     INSERT INTO aq_metric_counts (writer, tenant, task_type, agent, metric, label, n, total)
     SELECT '', NEW.tenant, t.task_type, coalesce(t.agent, ''), 'ended',
