@@ -220,6 +220,11 @@ class Worker:
         return len(self._running)
 
     @property
+    def concurrency(self) -> int:
+        """Slots in all."""
+        return self.options.concurrency
+
+    @property
     def stats(self) -> dict[str, int]:
         """What this worker did so far: tasks claimed and how they ended (see
         :class:`RunSummary`), claims made, attempts the lease guard stopped, tool calls run."""
