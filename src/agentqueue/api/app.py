@@ -124,7 +124,7 @@ def create_app(queue: AsyncQueue, *, own_queue: bool = False) -> FastAPI:
         "/metrics",
         summary="Prometheus metrics of the whole queue",
         response_class=Response,
-        responses={200: {"content": {CONTENT_TYPE: {}}}},
+        include_in_schema=False,  # the Prometheus text format, not a JSON operation
         **guarded(access.EVERY_TENANT_OPERATOR),
     )
     async def metrics(request: Request) -> Response:

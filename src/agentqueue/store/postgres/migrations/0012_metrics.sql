@@ -43,8 +43,12 @@ BEGIN
            x.label, count(*), sum(x.v)
     FROM (
         SELECT ne.task_id, ne.seq, ne.tenant, ne.at, ne.from_state, ne.to_state, ne.action,
-               (ne.data ->> 'timeout') = 'true' AS timed_out,
-               (ne.data ->> 'retry') IS NOT NULL AS retried
+               -- The data is parsed only where it tells something (not for claims and
+               -- completions, the bulk of the rows).
+               CASE WHEN ne.to_state = 'dead_letter' OR ne.action = 'lease_expired'
+                    THEN (ne.data ->> 'timeout') = 'true' ELSE false END AS timed_out,
+               CASE WHEN ne.to_state IN ('retrying', 'queued')
+                    THEN (ne.data ->> 'retry') IS NOT NULL ELSE false END AS retried
         FROM aq_new_events ne
         -- Only the events something is counted for (the others are most of a busy queue's).
         WHERE ne.action IN ('claim', 'lease_expired')
