@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agentqueue import AsyncQueue, ManualClock
 from agentqueue.config import Settings
-from agentqueue.domain.metrics import BUCKETS
+from agentqueue.domain.metrics import BUCKETS, LIVE_STATES
 from agentqueue.service.execution import Outcome, OutcomeKind
 from agentqueue.service.metrics import exposition
 from agentqueue.store.base import MetricSnapshot
@@ -83,6 +83,16 @@ async def test_each_ending_retry_first_start_and_lapse_is_counted_once(
     # Every ending of a started task: 8 (the pending cancel had not started).
     assert sum(n for (metric, _), n in got.items() if metric == "completion") == 8
     assert got[("completion", bucket_of(3.0))] == 5  # the rest ended 30 s later
+    await assert_depth_is_stats(queue)
+
+
+async def assert_depth_is_stats(queue: AsyncQueue) -> None:
+    """The depth gauges' figures (kept by the trigger on PostgreSQL, counted on SQLite) equal
+    the tasks in each live state."""
+    snap = await queue.store.metrics()
+    stats = (await queue.stats()).by_state
+    for state in LIVE_STATES:
+        assert snap.depth.get(("", state), 0) == stats.get(state, 0), state
 
 
 async def test_retries_and_a_second_start_are_counted_as_the_events_record(
@@ -105,6 +115,7 @@ async def test_retries_and_a_second_start_are_counted_as_the_events_record(
     assert got[("retry", "")] == recorded
     assert sum(n for (metric, _), n in got.items() if metric == "latency") == 1
     assert got[("ended", "completed")] == 1
+    await assert_depth_is_stats(queue)
 
 
 async def test_the_tenant_label_is_off_by_default_and_on_with_the_setting(

@@ -12,6 +12,9 @@
 -- metric 'latency'    label: bucket index (created -> first start, once per task)
 -- metric 'completion' label: bucket index (last start -> ending, once per ending of a started task)
 -- metric 'lapse'      label: timeout, heartbeat (leases the scheduler took back)
+-- metric 'depth'      label: a live state; n sums to the tasks in it (every event moves one
+--                     task between states; seeded from the table when this migration runs), so
+--                     a scrape reads a few rows instead of counting a backlog of millions
 -- A histogram row's label is the index of the first bucket bound >= the value (see
 -- aq_metric_bucket), and its total the sum of the values that fell there.
 CREATE TABLE aq_metric_counts (
@@ -86,13 +89,34 @@ BEGIN
     GROUP BY e.tenant, t.task_type, t.agent, x.metric, x.label
     ON CONFLICT (writer, tenant, task_type, agent, metric, label)
     DO UPDATE SET n = m.n + EXCLUDED.n, total = m.total + EXCLUDED.total;
+    -- Depth: every change of state moves one task out of one live state and into another.
+    INSERT INTO aq_metric_counts AS m (writer, tenant, task_type, agent, metric, label, n, total)
+    SELECT pg_backend_pid()::text, ne.tenant, '', '', 'depth', d.state, sum(d.delta), 0
+    FROM aq_new_events ne
+    CROSS JOIN LATERAL (VALUES (ne.to_state, 1), (ne.from_state, -1)) AS d(state, delta)
+    WHERE ne.from_state IS DISTINCT FROM ne.to_state
+      AND d.state IN ('pending', 'blocked', 'queued', 'executing', 'waiting_tool', 'retrying',
+                      'dead_letter', 'manual_review')
+    GROUP BY ne.tenant, d.state
+    HAVING sum(d.delta) <> 0
+    ON CONFLICT (writer, tenant, task_type, agent, metric, label)
+    DO UPDATE SET n = m.n + EXCLUDED.n;
     RETURN NULL;
 END
 $$;
 
+-- No change is written while the trigger starts and the depth is seeded from the tasks there.
+LOCK TABLE aq_tasks, aq_events IN SHARE ROW EXCLUSIVE MODE;
+
 CREATE TRIGGER aq_events_metrics AFTER INSERT ON aq_events
     REFERENCING NEW TABLE AS aq_new_events
     FOR EACH STATEMENT EXECUTE FUNCTION aq_metrics_rollup();
+
+INSERT INTO aq_metric_counts (writer, tenant, task_type, agent, metric, label, n, total)
+SELECT 'migration', tenant, '', '', 'depth', state, count(*), 0 FROM aq_tasks
+WHERE state IN ('pending', 'blocked', 'queued', 'executing', 'waiting_tool', 'retrying',
+                'dead_letter', 'manual_review')
+GROUP BY tenant, state;
 
 -- Each worker's slots, written with its heartbeat: who is alive and how busy.
 CREATE TABLE aq_workers (

@@ -1,26 +1,27 @@
 -- Prometheus metrics (R19): the rollup's sums and the gauges, read at scrape (PostgreSQL).
--- Each gauge is a count over a partial index or a small table, so a scrape stays cheap with
--- millions of tasks in the table.
+-- The depth is summed from the rollup; every other gauge reads a small table or the head of a
+-- partial index, so a scrape stays cheap with millions of tasks in the table.
 
 -- name: metric_counts
 -- Counters and histogram buckets summed over every writer.
 SELECT tenant, task_type, agent, metric, label, sum(n)::bigint AS n, sum(total) AS total
 FROM aq_metric_counts
+WHERE metric <> 'depth'
 GROUP BY tenant, task_type, agent, metric, label
 
 -- name: metric_depth
 -- Tasks in each live state.
-SELECT '' AS tenant, state, count(*) AS count FROM aq_tasks
-WHERE state IN ('pending', 'blocked', 'queued', 'executing', 'waiting_tool', 'retrying',
-                'dead_letter', 'manual_review')
-GROUP BY state
+-- Summed from the rollup the trigger keeps (migration 0012): counting a large backlog at every
+-- scrape would take far longer.
+SELECT '' AS tenant, label AS state, sum(n)::bigint AS count FROM aq_metric_counts
+WHERE metric = 'depth'
+GROUP BY label
 
 -- name: metric_depth_by_tenant
 -- Tasks in each live state, per tenant.
-SELECT tenant, state, count(*) AS count FROM aq_tasks
-WHERE state IN ('pending', 'blocked', 'queued', 'executing', 'waiting_tool', 'retrying',
-                'dead_letter', 'manual_review')
-GROUP BY tenant, state
+SELECT tenant, label AS state, sum(n)::bigint AS count FROM aq_metric_counts
+WHERE metric = 'depth'
+GROUP BY tenant, label
 
 -- name: metric_oldest_queued
 -- When the longest-waiting queued task became eligible: the head of each priority level.

@@ -1,15 +1,17 @@
 -- Prometheus metrics (R19): the rollup's sums and the gauges, read at scrape (SQLite).
--- Each gauge is a count over a partial index or a small table, so a scrape stays cheap with
--- millions of tasks in the table.
+-- Each gauge is a count over an index or a small table.
 
 -- name: metric_counts
 -- Counters and histogram buckets summed over every writer.
 SELECT tenant, task_type, agent, metric, label, sum(n) AS n, sum(total) AS total
 FROM aq_metric_counts
+WHERE metric <> 'depth'
 GROUP BY tenant, task_type, agent, metric, label
 
 -- name: metric_depth
 -- Tasks in each live state.
+-- Counted at scrape over the state index (SQLite is one file, read in-process; PostgreSQL sums
+-- the rollup its trigger keeps instead).
 SELECT '' AS tenant, state, count(*) AS count FROM aq_tasks
 WHERE state IN ('pending', 'blocked', 'queued', 'executing', 'waiting_tool', 'retrying',
                 'dead_letter', 'manual_review')
