@@ -11,7 +11,7 @@ import psycopg
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agentqueue import AsyncQueue, ManualClock
+from agentqueue import AsyncQueue, ManualClock, TaskState
 from agentqueue.config import Settings
 from agentqueue.domain.metrics import BUCKETS, LIVE_STATES
 from agentqueue.service.execution import Outcome, OutcomeKind
@@ -172,3 +172,29 @@ def test_a_bad_metrics_setting_is_refused_naming_the_field(tmp_path, text: str, 
     with pytest.raises(ConfigError) as refused:
         load_settings(path)
     assert field in str(refused.value)
+
+
+@pytest.mark.postgres
+async def test_tasks_that_exist_before_the_migration_are_in_the_depth(
+    pg_url: str, clock: ManualClock
+) -> None:
+    """A database with live tasks, taken back to before migration 0012 (its objects dropped)
+    and migrated again: the depth is seeded from the table, then kept by the trigger."""
+    async with AsyncQueue(pg_url, clock=clock) as q:
+        for i in range(5):
+            await q.submit(title=f"t{i}", task_type="docs", payload={})
+        await q.claim(2, "w1")
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(
+            "DROP TRIGGER aq_events_metrics ON aq_events;"
+            " DROP FUNCTION aq_metrics_rollup(); DROP FUNCTION aq_metric_bucket(double precision);"
+            " DROP TABLE aq_metric_counts, aq_workers;"
+            " DELETE FROM aq_schema_version WHERE version = 12"
+        )
+    async with AsyncQueue(pg_url, clock=clock) as q:
+        await assert_depth_is_stats(q)
+        [claimed] = await q.claim(1, "w1")
+        await q.complete(claimed.id, claimed.lock_token)
+        await assert_depth_is_stats(q)
+        snap = await q.store.metrics()
+        assert snap.depth[("", TaskState.QUEUED)] == 2
