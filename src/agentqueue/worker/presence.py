@@ -8,13 +8,15 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from ..domain.errors import AgentQueueError
+from ..supervise import Outage
 
 log = logging.getLogger("agentqueue.worker")
 
 
 class Presence:
     """Writes ``record(busy)`` every ``interval_secs`` until stopped; a failed write is logged
-    once per run of failures and tried again at the next beat (the row is only a gauge)."""
+    once per outage (as every loop of the worker logs one) and tried again at the next beat:
+    the row is only a gauge."""
 
     def __init__(
         self,
@@ -25,18 +27,16 @@ class Presence:
         self._record = record
         self._busy = busy
         self.interval_secs = interval_secs
-        self._failing = False
+        self._outage = Outage(log)
 
     async def beat(self) -> None:
         """Record the slots once."""
         try:
             await self._record(self._busy())
         except AgentQueueError as exc:
-            if not self._failing:
-                log.warning("recording the worker's slots failed (tried again): %s", exc)
-            self._failing = True
+            self._outage.failed(exc, "recording the worker's slots", next_in=self.interval_secs)
         else:
-            self._failing = False
+            self._outage.ok("worker slots")
 
     async def run(self) -> None:
         """Beat until cancelled."""
