@@ -304,6 +304,16 @@ class LoggingSettings(_Section):
         return level
 
 
+class MetricsSettings(_Section):
+    """The Prometheus metrics at ``/metrics`` (R19)."""
+
+    tenant_label: bool = False
+    """Label the queue's metrics with the tenant too (one series per tenant: mind the
+    cardinality)."""
+    cache_secs: float = Field(default=1.0, ge=0, le=60)
+    """A scrape within this many seconds of the last is answered from it."""
+
+
 class AlertSettings(_Section):
     """Where a P0 task entering dead_letter is announced (R8), besides the error log line.
 
@@ -621,6 +631,7 @@ class Settings(BaseSettings):
     api: ApiSettings = Field(default_factory=ApiSettings)
     intake: IntakeSettings = Field(default_factory=IntakeSettings)
     logging: LoggingSettings = Field(default_factory=LoggingSettings)
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
 
     @model_validator(mode="after")
     def _known_rate_limits(self) -> Settings:

@@ -15,7 +15,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.docs import get_swagger_ui_html
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.routing import APIRoute, iter_route_contexts
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -24,6 +24,7 @@ from ..domain import access
 from ..domain.errors import AgentQueueError, RateLimited
 from ..queue import AsyncQueue
 from ..service.health import readiness
+from ..service.metrics import CONTENT_TYPE, Scraper
 from . import models
 from .auth import Authenticator, RateLimiter, guarded, retry_after, route_policy
 from .intake import router as intake_router
@@ -67,6 +68,7 @@ def create_app(queue: AsyncQueue, *, own_queue: bool = False) -> FastAPI:
         app.state.auth = Authenticator(rt, settings.token_cache_secs)
         app.state.limiter = RateLimiter(settings.requests_per_minute, settings.burst)
         app.state.submitter = Submitter(rt)
+        app.state.scraper = Scraper(rt)
         app.state.watcher = TaskWatcher(rt)
         app.state.watcher.start()
         try:
@@ -117,6 +119,19 @@ def create_app(queue: AsyncQueue, *, own_queue: bool = False) -> FastAPI:
         if wrong is None:
             return {"status": "ready"}
         return JSONResponse({"status": "unavailable", "detail": wrong}, status_code=503)
+
+    @app.get(
+        "/metrics",
+        summary="Prometheus metrics of the whole queue",
+        response_class=Response,
+        include_in_schema=False,  # the Prometheus text format, not a JSON operation
+        **guarded(access.EVERY_TENANT_OPERATOR),
+    )
+    async def metrics(request: Request) -> Response:
+        """The queue's metrics in the Prometheus text format, as every process sharing the
+        database sees them (an operator token covering every tenant)."""
+        body = await request.app.state.scraper.scrape()
+        return Response(body, media_type=CONTENT_TYPE)
 
     @app.get("/v1/openapi.json", include_in_schema=False, **guarded(access.ANY_TOKEN))
     async def openapi_document() -> JSONResponse:

@@ -13,7 +13,8 @@ table, a JSON file with every figure and a chart of the drain comparison. The mo
 - ``scaling``: 1, 2 and 4 worker processes on one PostgreSQL queue;
 - ``cost``: CPU and peak RSS of an idle and of a busy worker;
 - ``api``: the HTTP API (a server process, a load process) against the Python API: single
-  submits from 16 connections, bulk submits, and GET latency at a steady rate.
+  submits from 16 connections, bulk submits, and GET latency at a steady rate;
+- ``metrics``: a ``/metrics`` scrape (read afresh and rendered) with 1M tasks in the table.
 
 This package is imported only by the ``bench`` command; nothing else in agentqueue depends on it.
 """
@@ -29,6 +30,7 @@ BENCHMARKS: tuple[str, ...] = (
     "scaling",
     "cost",
     "api",
+    "metrics",
 )
 """Every benchmark, in the order of the report."""
 

@@ -33,6 +33,8 @@ class Sizes:
     latency_secs: float = 10.0
     backlog: tuple[int, ...] = (1_000, 100_000, 1_000_000)
     backlog_claims: int = 50
+    metrics_tasks: int = 1_000_000
+    metrics_scrapes: int = 200
     claim_size: int = 10
     scaling_n: int = 8_000
     scaling_workers: tuple[int, ...] = (1, 2, 4)
@@ -75,6 +77,8 @@ class Sizes:
                 latency_secs=1.5,
                 backlog=(1_000, 10_000),
                 backlog_claims=20,
+                metrics_tasks=10_000,
+                metrics_scrapes=20,
                 scaling_n=min(n, 240),
                 idle_secs=2.0,
                 busy_n=n,

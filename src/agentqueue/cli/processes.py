@@ -91,6 +91,8 @@ def _run_worker(
     scheduler: bool,
     grace: float | None,
     until_idle: bool,
+    metrics_port: int | None,
+    metrics_host: str,
     api: tuple[str, int] | None = None,
 ) -> None:
     import signal
@@ -127,6 +129,16 @@ def _run_worker(
         loop = asyncio.get_running_loop()
         interrupts = 0
         server = None
+        exporter = None
+        if metrics_port is not None:
+            from ..worker.exporter import serve_worker_metrics
+
+            try:
+                exporter, bound = serve_worker_metrics(worker, metrics_host, metrics_port)
+            except OSError as exc:
+                fail(f"--metrics-port: cannot listen on {metrics_host}:{metrics_port}: {exc}",
+                     EXIT_BAD_INPUT)  # fmt: skip
+            click.echo(f"metrics listening on http://{metrics_host}:{bound}/metrics", err=True)
         if api is not None:
             from ..api.server import api_server, listen
 
@@ -152,6 +164,8 @@ def _run_worker(
         try:
             await worker.run()
         finally:
+            if exporter is not None:
+                exporter.shutdown()
             if server is not None:
                 server.should_exit = True
                 await serving
@@ -263,6 +277,17 @@ def _worker_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         ),
         click.option("--grace", type=float, help="Seconds running tasks get at shutdown."),
         click.option("--until-idle", is_flag=True, help="Exit once no work is left."),
+        click.option(
+            "--metrics-port",
+            type=click.IntRange(0, 65_535),
+            help="Serve this process's own Prometheus metrics on this port (0: any free one).",
+        ),
+        click.option(
+            "--metrics-host",
+            default="127.0.0.1",
+            show_default=True,
+            help="Address of --metrics-port.",
+        ),
     ]
     for option in reversed(options):
         fn = option(fn)

@@ -168,6 +168,8 @@ class Request:
     result: Any = None
     error: str | None = None
     retryable: bool = True
+    timed_out: bool = False
+    """FAIL: the attempt ran out of time (recorded as ``"timeout": true`` in the event)."""
     backoff: BackoffPolicy = field(default_factory=BackoffPolicy)
     spread: float = 0.5
     tool_call: Mapping[str, Any] | None = None
@@ -338,9 +340,15 @@ def _edge(
 
 
 def _retry_or_dead_letter(
-    task: Task, request: Request, error: str, base_changes: Mapping[str, Any]
+    task: Task,
+    request: Request,
+    error: str,
+    base_changes: Mapping[str, Any],
+    timed_out: bool = False,
 ) -> Transition:
-    """Retry with backoff if retries are left (``retrying``), else ``dead_letter``."""
+    """Retry with backoff if retries are left (``retrying``), else ``dead_letter``. An attempt
+    that ran out of time says so in its event (``"timeout": true``): metrics count it apart."""
+    marked: dict[str, Any] = {"timeout": True} if timed_out else {}
     if retries_left(task.retry_count, task.max_retries, task.priority):
         attempt = task.retry_count + 1
         delay = request.backoff.delay(attempt, request.spread)
@@ -358,7 +366,7 @@ def _retry_or_dead_letter(
                 "state_reason": error,
             },
             reason=request.reason or error,
-            data={"error": error, "retry": attempt, "backoff_secs": round(delay, 3)},
+            data={"error": error, "retry": attempt, "backoff_secs": round(delay, 3), **marked},
         )
     limit = retry_limit(task.max_retries, task.priority)
     why = f"retries exhausted ({task.retry_count} of {limit}): {error}"
@@ -368,7 +376,7 @@ def _retry_or_dead_letter(
         TaskState.DEAD_LETTER,
         {**base_changes, "error": error, "state_reason": why},
         reason=request.reason or why,
-        data={"error": error, "retry_count": task.retry_count},
+        data={"error": error, "retry_count": task.retry_count, **marked},
     )
 
 
@@ -621,7 +629,11 @@ def _fail(task: Task, request: Request) -> Transition | Refusal:
     error = request.error or "failed"
     if request.retryable:
         return _retry_or_dead_letter(
-            task, request, error, {**_LEASE_CLEARED, **_kept_checkpoint(request)}
+            task,
+            request,
+            error,
+            {**_LEASE_CLEARED, **_kept_checkpoint(request)},
+            timed_out=request.timed_out,
         )
     return _edge(
         task,
@@ -639,11 +651,14 @@ def _lease_expired(task: Task, request: Request) -> Transition | Refusal:
     if task.lease_expires_at is not None and task.lease_expires_at > request.now:
         return _refuse(task, request, RefusalKind.NOT_DUE, "the lease still holds")
     deadline = (task.locked_at or request.now) + timedelta(seconds=task.timeout_secs)
-    if request.now >= deadline:
+    timed_out = request.now >= deadline
+    if timed_out:
         error = f"attempt timed out after {task.timeout_secs}s"
     else:
         error = f"lease lapsed: no heartbeat from {task.assigned_to} since {task.heartbeat_at}"
-    return _retry_or_dead_letter(task, request, request.error or error, _LEASE_CLEARED)
+    return _retry_or_dead_letter(
+        task, request, request.error or error, _LEASE_CLEARED, timed_out=timed_out
+    )
 
 
 def _retry_due(task: Task, request: Request) -> Transition | Refusal:

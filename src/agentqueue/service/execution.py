@@ -117,6 +117,8 @@ class Outcome:
     result: Any = None
     error: str | None = None
     retryable: bool = True
+    timed_out: bool = False
+    """FAILED: the attempt ran out of time (counted as a timeout by the metrics)."""
     reason: str = ""
     claimed: Task | None = None
     """The task as the executor claimed it, if it has it: then the outcome is decided on it and
@@ -159,6 +161,7 @@ async def finish(
             result=o.result,
             error=o.error,
             retryable=o.retryable,
+            timed_out=o.timed_out,
             backoff=policy,
             spread=rt.spread(),
             tool_call=o.tool_call,

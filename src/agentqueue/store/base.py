@@ -182,6 +182,43 @@ class LeaderInfo:
 
 
 @dataclass(frozen=True)
+class MetricCount:
+    """One summed rollup row of the metrics (see migration 0012): a counter's or a histogram
+    bucket's count ``n`` and the sum of its observed values ``total``."""
+
+    tenant: str
+    task_type: str
+    agent: str
+    metric: str
+    label: str
+    n: int
+    total: float
+
+
+@dataclass(frozen=True)
+class WorkerSlots:
+    """A worker's executor slots as of its last heartbeat."""
+
+    name: str
+    slots: int
+    busy: int
+    heartbeat_at: datetime
+
+
+@dataclass(frozen=True)
+class MetricSnapshot:
+    """What a scrape reads: the rollup's sums and the gauges."""
+
+    counts: list[MetricCount]
+    depth: dict[tuple[str, TaskState], int]
+    """Live tasks by (tenant, state); the tenant is '' unless read per tenant."""
+    oldest_queued_since: datetime | None
+    outbox: dict[str, int]
+    leader_term: int
+    workers: list[WorkerSlots]
+
+
+@dataclass(frozen=True)
 class PausedType:
     """A task type paused during an incident."""
 
@@ -750,6 +787,23 @@ class LeaderStore(Protocol):
         ...
 
 
+class MetricsStore(Protocol):
+    """The figures of the Prometheus metrics (R19), and each worker's slots."""
+
+    async def metrics(self, by_tenant: bool = False) -> MetricSnapshot:
+        """The rollup's sums and the gauges, read in one go (live counts per tenant with
+        ``by_tenant``)."""
+        ...
+
+    async def record_worker(self, name: str, slots: int, busy: int, now: datetime) -> None:
+        """Keep worker ``name``'s slot counts as of ``now`` (its heartbeat)."""
+        ...
+
+    async def forget_worker(self, name: str) -> None:
+        """Remove a stopped worker's row."""
+        ...
+
+
 class ScheduleStore(Protocol):
     """Cron schedules (R18)."""
 
@@ -808,6 +862,7 @@ class Store(
     ScheduleStore,
     TokenStore,
     DeliveryReader,
+    MetricsStore,
     Protocol,
 ):
     """A durable home for tasks and their audit events."""

@@ -34,11 +34,14 @@ from .base import (
     LeaderInfo,
     Lease,
     LoadRow,
+    MetricCount,
+    MetricSnapshot,
     NewTask,
     Notice,
     PausedType,
     TaskFilter,
     TaskHead,
+    WorkerSlots,
     WorkHints,
 )
 from .dialect import Dialect
@@ -266,6 +269,52 @@ class SQLStore(QueryOps):
     async def queued_p0(self, limit: int = 100) -> list[tuple[str | None, str]]:
         """One read."""
         return [(r["agent"], r["task_type"]) for r in await self._read("queued_p0", limit=limit)]
+
+    # --- metrics ------------------------------------------------------------------------------
+
+    async def metrics(self, by_tenant: bool = False) -> MetricSnapshot:
+        """Six small reads on one connection: the rollup (a few rows per writer), and counts
+        over partial indexes and small tables."""
+        c = self.codec
+        async with self._d.read() as s:
+            counts = await s.fetch("metric_counts", {})
+            depth = await s.fetch("metric_depth_by_tenant" if by_tenant else "metric_depth", {})
+            [oldest] = await s.fetch("metric_oldest_queued", {})
+            outbox = await s.fetch("metric_outbox", {})
+            [leader] = await s.fetch("metric_leader", {})
+            workers = await s.fetch("metric_workers", {})
+        return MetricSnapshot(
+            counts=[
+                MetricCount(
+                    r["tenant"],
+                    r["task_type"],
+                    r["agent"],
+                    r["metric"],
+                    r["label"],
+                    int(r["n"]),
+                    float(r["total"]),
+                )
+                for r in counts
+            ],
+            depth={(r["tenant"], TaskState(r["state"])): int(r["count"]) for r in depth},
+            oldest_queued_since=None if oldest["since"] is None else c.at(oldest["since"]),
+            outbox={r["kind"]: int(r["count"]) for r in outbox},
+            leader_term=int(leader["term"]),
+            workers=[
+                WorkerSlots(r["name"], int(r["slots"]), int(r["busy"]), c.at(r["heartbeat_at"]))
+                for r in workers
+            ],
+        )
+
+    async def record_worker(self, name: str, slots: int, busy: int, now: datetime) -> None:
+        """One upsert."""
+        async with self._d.write() as s:
+            await s.execute("record_worker", self._p(name=name, slots=slots, busy=busy, now=now))
+
+    async def forget_worker(self, name: str) -> None:
+        """One delete."""
+        async with self._d.write() as s:
+            await s.execute("forget_worker", self._p(name=name))
 
     # --- deliveries ---------------------------------------------------------------------------
 

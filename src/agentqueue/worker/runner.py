@@ -15,6 +15,7 @@ to start it afresh.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -45,6 +46,7 @@ from .lease_keeper import LeaseKeeper
 from .notices import NoticeRouter, Wakeups
 from .port import WorkQueue
 from .preemption import Preemptor
+from .presence import Presence
 from .running import Running
 from .summary import RunSummary
 from .tools import ToolRunner
@@ -190,6 +192,9 @@ class Worker:
             after_secs=options.preempt_after_secs,
             min_priority=options.preempt_min_priority,
         )
+        self.presence = Presence(
+            self._record_presence, lambda: len(self._running), max(2.0, self._heartbeat_interval())
+        )
         self.notices = NoticeRouter(
             queue.store,
             self._work_hints,
@@ -218,6 +223,11 @@ class Worker:
     def running(self) -> int:
         """Attempts in progress."""
         return len(self._running)
+
+    @property
+    def concurrency(self) -> int:
+        """Slots in all."""
+        return self.options.concurrency
 
     @property
     def stats(self) -> dict[str, int]:
@@ -272,6 +282,10 @@ class Worker:
     async def _answer_tool_call(self, task_id: UUID, call_id: str, value: Any) -> object:
         return await self.queue.submit_tool_result(task_id, call_id, value, actor=self.id)
 
+    async def _record_presence(self, busy: int) -> None:
+        store = self.queue.store
+        await store.record_worker(self.id, self.options.concurrency, busy, self.queue.clock.now())
+
     async def _queued_p0(self) -> Any:
         return await self.queue.store.queued_p0()
 
@@ -288,6 +302,7 @@ class Worker:
             jobs.start(self.notices.run(), "agentqueue-listen"),
             jobs.start(self.lease_keeper.run(), "agentqueue-heartbeat"),
             jobs.start(self.flusher.run(), "agentqueue-flush"),
+            jobs.start(self.presence.run(), "agentqueue-presence"),
         }
         if self.tools:
             loops.add(jobs.start(self.tool_runner.run(), "agentqueue-tools"))
@@ -340,6 +355,10 @@ class Worker:
                 close = getattr(executor, "close", None)
                 if close is not None:
                     close()
+            # Best effort: a worker whose row stays (a database away) shows its last beat's age.
+            with contextlib.suppress(AgentQueueError, TimeoutError):
+                async with asyncio.timeout(2.0):
+                    await self.queue.store.forget_worker(self.id)
             self._stopped.set()
             log.info("worker %s stopped: %s", self.id, self.summary_line())
         jobs.check()
@@ -450,6 +469,7 @@ class Worker:
             OutcomeKind.FAILED,
             error=result.error or "failed",
             retryable=failure_is_retryable(result.retryable, result.end is AttemptEnd.TIMED_OUT),
+            timed_out=result.end is AttemptEnd.TIMED_OUT,
             claimed=task,
             traceback=next((c.text for c in result.logs if c.stream == "traceback"), None),
             **kept,
