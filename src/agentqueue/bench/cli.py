@@ -75,11 +75,11 @@ def bench(
     as_json: bool,
 ) -> None:
     """Measure agentqueue (and its peers) on this machine: drain, enqueue, latency, admission,
-    backlog, scaling, cost, api. Prints a markdown table; writes JSON, markdown and a drain
-    chart.
+    backlog, scaling, cost, api, dashboard. Prints a markdown table; writes JSON, markdown and
+    a drain chart.
 
-    BENCHMARKS are any of drain, enqueue, latency, admission, backlog, scaling, cost, api
-    (default: all).
+    BENCHMARKS are any of drain, enqueue, latency, admission, backlog, scaling, cost, api,
+    dashboard (default: all).
     Targets are checked and shown, never enforced: the exit code is 0 unless a benchmark failed.
     """
     if setup_peers:

@@ -18,7 +18,18 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from ..store.admin import ensure_database, scalar, server_version
-from . import BENCHMARKS, admission, api, backlog, cost, drain, enqueue, latency, scaling
+from . import (
+    BENCHMARKS,
+    admission,
+    api,
+    backlog,
+    cost,
+    dashboard,
+    drain,
+    enqueue,
+    latency,
+    scaling,
+)
 from .common import BenchContext, Progress, Row, Sizes
 from .facts import machine
 from .peers import check_peers, find_root, peer_versions
@@ -34,8 +45,19 @@ MODULES: dict[str, ModuleType] = {
     "scaling": scaling,
     "cost": cost,
     "api": api,
+    "dashboard": dashboard,
 }
-RUN_ORDER = ("drain", "enqueue", "latency", "admission", "scaling", "cost", "api", "backlog")
+RUN_ORDER = (
+    "drain",
+    "enqueue",
+    "latency",
+    "admission",
+    "scaling",
+    "cost",
+    "api",
+    "backlog",
+    "dashboard",
+)
 
 
 @dataclass
