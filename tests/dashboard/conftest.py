@@ -9,15 +9,19 @@ install it (``.ci/run`` does).
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import shutil
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from uuid import UUID
 
 import httpx
 import pytest
@@ -33,18 +37,27 @@ from http_server import (
 )
 from playwright.sync_api import Browser, Page, sync_playwright
 
+from agentqueue.domain.models import LogRecord
+
 CHROMIUM = "/usr/bin/chromium"
 WAIT_SECS = 90.0
 """The most a test waits for the worker to move a task (a generous bound, never a claim)."""
 
 DONE_TYPE, DEAD_TYPE = "dash-work", "dash-flaky"
 
+DOER = [
+    "sh",
+    "-c",
+    "echo 'applied the patch: 3 files changed'; sleep 0.3; echo '{\"files_changed\": 3}'",
+]
+"""A command agent that prints a line of output, then its result as JSON."""
+
 WORKER_CONFIG = f"""
 [queue]
 lease_ttl_secs = 30
 
 [agents.doer]
-command = ["sh", "-c", "echo 'applied the patch: 3 files changed'; sleep 0.3"]
+command = {json.dumps(DOER)}
 task_types = ["{DONE_TYPE}"]
 max_concurrent = 3
 
@@ -98,6 +111,24 @@ class Site:
                 return found
             assert time.monotonic() < deadline, f"task stayed {found['state']}, not {states}"
             time.sleep(0.2)
+
+
+def add_log(site: Site, task: dict[str, Any], stream: str, text: str) -> None:
+    """Store one log row for ``task``'s latest attempt, as a worker would."""
+
+    async def write() -> None:
+        async with site.server.queue() as queue:
+            rt = await queue.runtime()
+            record = LogRecord(
+                UUID(task["id"]), task["tenant"], max(1, task["retry_count"] + 1), stream,
+                rt.clock.now(), text,
+            )  # fmt: skip
+            async with rt.store.transaction() as tx:
+                await tx.insert_logs([record])
+
+    # Playwright's sync API runs an event loop in this thread: write from another one.
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, write()).result()
 
 
 def _populate(site: Site) -> None:

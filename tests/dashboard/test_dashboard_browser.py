@@ -14,10 +14,17 @@ from conftest import (
     DONE_TYPE,
     HOLD_PATTERN,
     Site,
+    add_log,
     login,
     screenshot,
     until,
 )
+
+TRACEBACK = """Traceback (most recent call last):
+  File "handlers.py", line 12, in triage
+    number = payload["issue"]["number"]
+KeyError: 'issue'"""
+"""A handler's traceback, as a worker keeps it with the attempt."""
 
 
 def test_login_then_every_page_reads_without_javascript(browser: Browser, site: Site) -> None:
@@ -64,9 +71,13 @@ def test_find_a_task_by_source_id_and_open_its_timeline(admin_page: Page, site: 
     expect(page.locator("#chain")).to_contain_text("Audit chain verified")
     expect(page.locator("table.timeline")).to_contain_text("submit")
     expect(page.locator("svg.graph")).to_be_visible()
-    until(lambda: site.task(page.url.rsplit("/", 1)[1])["state"] == "completed", "completion")
+    task_id = page.url.rsplit("/", 1)[1]
+    until(lambda: site.task(task_id)["state"] == "completed", "completion")
+    add_log(site, site.task(task_id), "traceback", TRACEBACK)
     page.reload()
     expect(page.locator("table.timeline")).to_contain_text("complete")
+    expect(page.locator("pre.output")).to_contain_text("applied the patch")
+    expect(page.locator("pre.traceback")).to_contain_text("KeyError: 'issue'")
     screenshot(site, page, "task")
     page.goto(site.url + "/")
     expect(page.locator("svg.chart").first).to_be_visible()
