@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from ..domain.states import TaskState
-from ..store.base import BusyWorker, LeaderInfo, PausedType
+from ..store.base import BusyWorker, EndedCount, EndedTimes, LeaderInfo, PausedType
 from .reads import AgentLoad, Stats, agent_loads, stats
 from .runtime import Runtime
 
@@ -74,7 +74,11 @@ class Overview:
 
 
 WINDOWS = (("last hour", timedelta(hours=1), 300), ("last day", timedelta(days=1), 3600))
-"""Each window's name, length and slot length in seconds."""
+"""Each window's name, length and slot length in seconds (each slot length a multiple of
+``FINE_SECS``, each length a multiple of its slot length)."""
+
+FINE_SECS = 300
+"""The slot length the database counts in; every window's slots are sums of these."""
 
 
 def percentile(values: list[float], fraction: float) -> float | None:
@@ -86,32 +90,55 @@ def percentile(values: list[float], fraction: float) -> float | None:
     return ordered[rank - 1]
 
 
-async def window(
-    rt: Runtime, name: str, length: timedelta, slot_secs: int, tenant: str | None = None
-) -> Window:
-    """Tasks ended per slot over the last ``length``, with latencies per slot."""
+async def windows(rt: Runtime, tenant: str | None = None) -> list[Window]:
+    """Tasks ended per slot and latencies per slot over each of ``WINDOWS``, from one grouped
+    count and one sample over the longest (the table is read twice, not twice per window)."""
     now = rt.clock.now()
-    count = math.ceil(length.total_seconds() / slot_secs)
-    since = now - timedelta(seconds=slot_secs * count)
+    # Slots end at the next whole FINE_SECS, so a slot's figures do not shift between reads.
+    epoch_secs = math.ceil(now.timestamp() / FINE_SECS) * FINE_SECS
+    end = datetime.fromtimestamp(epoch_secs, now.tzinfo)
+    longest = max(length for _name, length, _secs in WINDOWS)
+    since = end - longest
+    counts = await rt.store.ended_counts(since, FINE_SECS, tenant)
+    sample = await rt.store.ended_sample(since, SAMPLE, tenant)
+    return [
+        _window(name, end - length, slot_secs, int(length.total_seconds()), since, counts, sample)
+        for name, length, slot_secs in WINDOWS
+    ]
+
+
+def _window(
+    name: str,
+    start: datetime,
+    slot_secs: int,
+    length_secs: int,
+    since: datetime,
+    counts: list[EndedCount],
+    sample: list[EndedTimes],
+) -> Window:
+    count = length_secs // slot_secs
+    offset = int((start - since).total_seconds())
     completed = [0] * count
     other = [0] * count
-    for row in await rt.store.ended_counts(since, slot_secs, tenant):
-        if 0 <= row.slot < count:
+    for row in counts:
+        at = (row.slot * FINE_SECS - offset) // slot_secs
+        if 0 <= at < count:
             if row.state == TaskState.COMPLETED.value:
-                completed[row.slot] += row.count
+                completed[at] += row.count
             else:
-                other[row.slot] += row.count
+                other[at] += row.count
     waits: list[list[float]] = [[] for _ in range(count)]
     runs: list[list[float]] = [[] for _ in range(count)]
-    sample = await rt.store.ended_sample(since, SAMPLE, tenant)
+    sampled = 0
     for times in sample:
-        at = int((times.finished_at - since).total_seconds() // slot_secs)
+        at = int((times.finished_at - start).total_seconds() // slot_secs)
         if 0 <= at < count:
+            sampled += 1
             waits[at].append((times.started_at - times.created_at).total_seconds())
             runs[at].append((times.finished_at - times.started_at).total_seconds())
     slots = [
         Slot(
-            since + timedelta(seconds=slot_secs * i),
+            start + timedelta(seconds=slot_secs * i),
             completed[i],
             other[i],
             percentile(waits[i], 0.5),
@@ -121,18 +148,17 @@ async def window(
         )
         for i in range(count)
     ]
-    return Window(name, since, slot_secs, slots, len(sample))
+    return Window(name, start, slot_secs, slots, sampled)
 
 
 async def overview(rt: Runtime, tenant: str | None = None) -> Overview:
     """Everything the overview page shows, for ``tenant`` (None: every tenant). Agents,
     workers, the leader and the paused types are the whole queue's (they belong to no
     tenant)."""
-    windows = [await window(rt, name, length, secs, tenant) for name, length, secs in WINDOWS]
     return Overview(
         now=rt.clock.now(),
         stats=await stats(rt, tenant),
-        windows=windows,
+        windows=await windows(rt, tenant),
         agents=await agent_loads(rt),
         workers=await rt.store.busy_workers(),
         leader=await rt.store.leader(LEADERSHIP),
