@@ -155,10 +155,17 @@ def render(request: Request, template: str, status_code: int = 200, **values: An
 _NO_STORE = {"Cache-Control": "no-store", "X-Frame-Options": "DENY"}
 
 
+def local(path: str) -> str:
+    """``path`` if it is a path on this server, else ``/`` (no redirect leaves the site:
+    ``//host`` and ``/\\host`` are other sites to a browser)."""
+    if not path.startswith("/") or path.startswith("//") or "\\" in path:
+        return "/"
+    return path
+
+
 def back(to: str, notice: str) -> RedirectResponse:
     """See other: back to ``to`` (a path of this dashboard) with a notice shown at the top."""
-    if not to.startswith("/") or to.startswith("//"):
-        to = "/"
+    to = local(to)
     sep = "&" if "?" in to else "?"
     return RedirectResponse(f"{to}{sep}{urlencode({'notice': notice})}", status_code=303)
 
@@ -220,9 +227,7 @@ async def login(request: Request) -> Response:
             error="the login form expired or was not this server's; try again",
         )
     secret = first(fields, "token").strip()
-    target = first(fields, "next", "/")
-    if not target.startswith("/") or target.startswith("//"):
-        target = "/"
+    target = local(first(fields, "next", "/"))
     try:
         await request.app.state.auth.principal(secret)
     except AgentQueueError:
