@@ -92,9 +92,9 @@ class Sizes:
                 api_get_secs=1.5,
                 api_get_tasks=200,
                 api_waits=3,
-                dashboard_n=10_000,
-                dashboard_completed=1_000,
-                dashboard_renders=5,
+                dashboard_n=2_000,
+                dashboard_completed=200,
+                dashboard_renders=3,
             )
         n = n or cls.drain_n
         return cls(drain_n=n, enqueue_bulk=n, scaling_n=min(n, cls.scaling_n), busy_n=n, api_bulk=n)
