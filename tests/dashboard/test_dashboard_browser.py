@@ -7,9 +7,7 @@ directory."""
 
 from __future__ import annotations
 
-from playwright.sync_api import Browser, Page, expect
-
-from conftest import (
+from dash_site import (
     DEAD_TYPE,
     DONE_TYPE,
     HOLD_PATTERN,
@@ -19,6 +17,7 @@ from conftest import (
     screenshot,
     until,
 )
+from playwright.sync_api import Browser, Page, expect
 
 TRACEBACK = """Traceback (most recent call last):
   File "handlers.py", line 12, in triage
