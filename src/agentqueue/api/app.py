@@ -1,7 +1,8 @@
 """The ASGI app: FastAPI over one queue's runtime.
 
 ``create_app(queue)`` builds it; ``agentqueue serve`` and ``agentqueue api`` serve it with
-uvicorn. Only ``/healthz`` and ``/readyz`` answer without a token: the OpenAPI document
+uvicorn. The dashboard is served at ``/`` (``agentqueue.dashboard``). Only ``/healthz`` and
+``/readyz`` (and the dashboard's login page and assets) answer without a token: the OpenAPI document
 (``/v1/openapi.json``) and its page (``/v1/docs``, which carries the document in itself) take
 any valid token.
 """
@@ -20,6 +21,7 @@ from fastapi.routing import APIRoute, iter_route_contexts
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import __version__
+from ..dashboard.routes import install as install_dashboard
 from ..domain import access
 from ..domain.errors import AgentQueueError, RateLimited
 from ..queue import AsyncQueue
@@ -150,6 +152,7 @@ def create_app(queue: AsyncQueue, *, own_queue: bool = False) -> FastAPI:
 
     app.include_router(router)
     app.include_router(intake_router)
+    install_dashboard(app)
     check_policies(app)
     app.add_middleware(LastResort)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)

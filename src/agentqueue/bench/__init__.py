@@ -12,6 +12,8 @@ table, a JSON file with every figure and a chart of the drain comparison. The mo
 - ``backlog``: claim latency with 1k, 100k and 1M tasks queued;
 - ``scaling``: 1, 2 and 4 worker processes on one PostgreSQL queue;
 - ``cost``: CPU and peak RSS of an idle and of a busy worker;
+- ``dashboard``: server-side render time of the dashboard's overview and tasks page with
+  1,000,000 tasks in the table on PostgreSQL;
 - ``api``: the HTTP API (a server process, a load process) against the Python API: single
   submits from 16 connections, bulk submits, and GET latency at a steady rate;
 - ``metrics``: a ``/metrics`` scrape (read afresh and rendered) with 1M tasks in the table.
@@ -31,6 +33,7 @@ BENCHMARKS: tuple[str, ...] = (
     "cost",
     "api",
     "metrics",
+    "dashboard",
 )
 """Every benchmark, in the order of the report."""
 

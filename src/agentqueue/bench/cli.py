@@ -75,12 +75,13 @@ def bench(
     as_json: bool,
 ) -> None:
     """Measure agentqueue (and its peers) on this machine: drain, enqueue, latency, admission,
-    backlog, scaling, cost, api, metrics. Prints a markdown table; writes JSON, markdown and a
-    drain chart.
+    backlog, scaling, cost, api, metrics, dashboard. Prints a markdown table; writes JSON,
+    markdown and a drain chart.
 
     BENCHMARKS are any of drain, enqueue, latency, admission, backlog, scaling, cost, api,
-    metrics (default: all), and startup (not in all: the command's own start-up, ``--help``
-    and ``list`` on a small SQLite database, 20 runs each, 5 with --smoke; printed only).
+    metrics, dashboard (default: all), and startup (not in all: the command's own start-up,
+    ``--help`` and ``list`` on a small SQLite database, 20 runs each, 5 with --smoke; printed
+    only).
     Targets are checked and shown, never enforced: the exit code is 0 unless a benchmark failed.
     """
     if setup_peers:

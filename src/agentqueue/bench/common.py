@@ -63,6 +63,11 @@ class Sizes:
     """Turns each side of a submit comparison takes (N split between them)."""
     api_workers: tuple[int, ...] = (1, 2)
     """Processes of each API server (the first also serves the bulk and read measurements)."""
+    dashboard_n: int = 1_000_000
+    """Tasks in the table while the dashboard's pages are timed."""
+    dashboard_completed: int = 20_000
+    """Of them, completed through the API (what the overview's windows show)."""
+    dashboard_renders: int = 30
 
     @classmethod
     def for_run(cls, n: int | None, smoke: bool) -> Sizes:
@@ -91,6 +96,9 @@ class Sizes:
                 api_get_secs=1.5,
                 api_get_tasks=200,
                 api_waits=3,
+                dashboard_n=2_000,
+                dashboard_completed=200,
+                dashboard_renders=3,
             )
         n = n or cls.drain_n
         return cls(drain_n=n, enqueue_bulk=n, scaling_n=min(n, cls.scaling_n), busy_n=n, api_bulk=n)

@@ -24,6 +24,7 @@ from . import (
     api,
     backlog,
     cost,
+    dashboard,
     drain,
     enqueue,
     latency,
@@ -46,9 +47,11 @@ MODULES: dict[str, ModuleType] = {
     "cost": cost,
     "api": api,
     "metrics": metrics,
+    "dashboard": dashboard,
 }
 RUN_ORDER = (
     "drain", "enqueue", "latency", "admission", "scaling", "cost", "api", "backlog", "metrics",
+    "dashboard",
 )  # fmt: skip
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ..domain.audit import ChainBreak, StoredEvent, check_chain
+from ..domain.models import Task
 from .runtime import Runtime
 
 T = TypeVar("T")
@@ -97,3 +98,26 @@ async def verify(
             if progress is not None:
                 progress(1)
     return VerifyReport(tasks, events, breaks, purged)
+
+
+async def verify_task(rt: Runtime, task: Task) -> ChainBreak | None:
+    """Check one task's chain against itself and its row; None when it holds."""
+    stored = [
+        StoredEvent(
+            e.task_id,
+            e.tenant,
+            e.seq,
+            e.at,
+            e.from_state.value if e.from_state else None,
+            e.to_state.value,
+            e.action,
+            e.actor,
+            e.reason,
+            e.data_text,
+            e.hash,
+        )
+        for e in await rt.store.events(task.id, task.tenant)
+    ]
+    return check_chain(
+        task.id, stored, task.event_seq, task.last_hash, task.tenant, task.state.value
+    )

@@ -11,6 +11,7 @@ from uuid import UUID
 from ..domain.errors import InvalidInput, NotFound
 from ..domain.models import Event, Task
 from ..domain.states import TaskState
+from ..domain.values import storable_text
 from ..ids import parse_task_id
 from ..store import TaskFilter
 from .load import Load
@@ -134,6 +135,8 @@ async def list_tasks(
     source_id: str | None = None,
     assignee: str | None = None,
     labels: tuple[str, ...] = (),
+    agent: str | None = None,
+    text: str | None = None,
     created_after: datetime | str | None = None,
     created_before: datetime | str | None = None,
     limit: int = 50,
@@ -142,7 +145,8 @@ async def list_tasks(
 ) -> TaskPage:
     """Tasks matching every given filter, newest first, ``limit`` per page: ``labels`` are
     all carried by each task; ``created_after`` is inclusive, ``created_before`` exclusive
-    (each a datetime or ISO 8601 text, UTC when it names no offset). ``after``: the tasks
+    (each a datetime or ISO 8601 text, UTC when it names no offset); ``agent``: routed to
+    that agent; ``text``: found in the title or source id, whatever its case. ``after``: the tasks
     that come after this task's id in the same order, as its cursor would give (NotFound when
     ``tenant`` has no such task); not with ``cursor``."""
     if not 1 <= limit <= MAX_PAGE:
@@ -168,6 +172,8 @@ async def list_tasks(
         labels=labels,
         created_after=after_time,
         created_before=before_time,
+        agent=agent or None,
+        text=storable_text(text, "text") or None if text else None,
     )
     items = await rt.store.list_tasks(flt)
     next_cursor = str(items[-1].seq) if len(items) == limit else None

@@ -65,6 +65,10 @@ class TaskFilter:
     """Created at or after this time."""
     created_before: datetime | None = None
     """Created before this time."""
+    agent: str | None = None
+    """Routed to this agent."""
+    text: str | None = None
+    """Found in the title or the source id, whatever its case."""
 
 
 @dataclass(frozen=True)
@@ -216,6 +220,34 @@ class MetricSnapshot:
     outbox: dict[str, int]
     leader_term: int
     workers: list[WorkerSlots]
+
+
+@dataclass(frozen=True)
+class EndedCount:
+    """How many tasks ended in ``state`` in time slot ``slot`` (slot 0 starts at the time
+    asked for)."""
+
+    slot: int
+    state: str
+    count: int
+
+
+@dataclass(frozen=True)
+class EndedTimes:
+    """When a task that ran and ended was created, started and ended."""
+
+    created_at: datetime
+    started_at: datetime
+    finished_at: datetime
+
+
+@dataclass(frozen=True)
+class BusyWorker:
+    """A worker holding executing tasks: how many, and its latest heartbeat on any."""
+
+    worker: str
+    executing: int
+    last_heartbeat: datetime | None
 
 
 @dataclass(frozen=True)
@@ -730,6 +762,26 @@ class TaskReader(Protocol):
 
     async def work_hints(self, now: datetime) -> WorkHints:
         """Whether lapsed leases, due retries, admissible or queued tasks exist."""
+        ...
+
+    async def ended_counts(
+        self, since: datetime, bucket_secs: int, tenant: str | None = None
+    ) -> list[EndedCount]:
+        """Tasks that ended at or after ``since``, counted per ``bucket_secs`` slot and state."""
+        ...
+
+    async def ended_sample(
+        self, since: datetime, limit: int, tenant: str | None = None
+    ) -> list[EndedTimes]:
+        """The newest ``limit`` tasks that ran and ended at or after ``since``, newest first."""
+        ...
+
+    async def busy_workers(self) -> list[BusyWorker]:
+        """Every worker holding executing tasks (every tenant), by name."""
+        ...
+
+    async def outbox_backlog(self, tenant: str | None = None) -> int:
+        """Deliveries neither delivered nor given up."""
         ...
 
     async def queued_p0(self, limit: int = 100) -> list[tuple[str | None, str]]:

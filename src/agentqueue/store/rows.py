@@ -259,6 +259,7 @@ def event_from_row(row: Row, codec: Codec) -> Event:
         from_state=TaskState(row["from_state"]) if row["from_state"] else None,
         to_state=TaskState(row["to_state"]),
         data=json.loads(row["data"]),
+        data_text=row["data"],
     )
 
 

@@ -28,9 +28,12 @@ from .base import (
     CHANNEL_QUEUED,
     AdmitParams,
     AuditSnapshot,
+    BusyWorker,
     ClaimParams,
     DedupKey,
     DeliveryFilter,
+    EndedCount,
+    EndedTimes,
     LeaderInfo,
     Lease,
     LoadRow,
@@ -229,6 +232,8 @@ class SQLStore(QueryOps):
             sources=list(flt.sources) or None,
             source_id=flt.source_id,
             assignee=flt.assignee,
+            agent=flt.agent,
+            text=flt.text,
             # JSON text on both: PostgreSQL matches it as jsonb, SQLite reads it with json_each.
             labels=dump(list(flt.labels)) if flt.labels else None,
             created_after=flt.created_after,
@@ -265,6 +270,31 @@ class SQLStore(QueryOps):
         """One read over the partial indexes: no write lock."""
         [row] = await self._read("work_hints", now=now)
         return WorkHints(*(bool(row[k]) for k in WORK_HINTS))
+
+    async def ended_counts(
+        self, since: datetime, bucket_secs: int, tenant: str | None = None
+    ) -> list[EndedCount]:
+        """One grouped read."""
+        rows = await self._read("ended_counts", since=since, bucket_secs=bucket_secs, tenant=tenant)
+        return [EndedCount(int(r["slot"]), str(r["state"]), int(r["count"])) for r in rows]
+
+    async def ended_sample(
+        self, since: datetime, limit: int, tenant: str | None = None
+    ) -> list[EndedTimes]:
+        """One read, newest first."""
+        rows = await self._read("ended_sample", since=since, limit=limit, tenant=tenant)
+        return [record_from_row(EndedTimes, r, self.codec) for r in rows]
+
+    async def busy_workers(self) -> list[BusyWorker]:
+        """One grouped read over the executing tasks."""
+        return [
+            record_from_row(BusyWorker, r, self.codec) for r in await self._read("busy_workers")
+        ]
+
+    async def outbox_backlog(self, tenant: str | None = None) -> int:
+        """One count."""
+        rows = await self._read("outbox_backlog", tenant=tenant)
+        return int(rows[0]["count"]) if rows else 0
 
     async def queued_p0(self, limit: int = 100) -> list[tuple[str | None, str]]:
         """One read."""

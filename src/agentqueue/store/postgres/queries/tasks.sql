@@ -150,6 +150,10 @@ WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
   AND (%(sources)s::text[] IS NULL OR source = ANY(%(sources)s::text[]))
   AND (%(source_id)s::text IS NULL OR source_id = %(source_id)s)
   AND (%(assignee)s::text IS NULL OR assignee = %(assignee)s)
+  AND (%(agent)s::text IS NULL OR agent = %(agent)s)
+  -- Text anywhere in the title or the source id, whatever its case.
+  AND (%(text)s::text IS NULL OR strpos(lower(title), lower(%(text)s)) > 0
+       OR strpos(lower(coalesce(source_id, '')), lower(%(text)s)) > 0)
   -- Every label asked for (a JSON array) is among the task's: jsonb containment.
   AND (%(labels)s::jsonb IS NULL OR labels @> %(labels)s::jsonb)
   AND (%(created_after)s::timestamptz IS NULL OR created_at >= %(created_after)s)

@@ -119,6 +119,10 @@ WHERE (:tenant IS NULL OR tenant = :tenant)
   AND (:sources IS NULL OR source IN (SELECT value FROM json_each(:sources)))
   AND (:source_id IS NULL OR source_id = :source_id)
   AND (:assignee IS NULL OR assignee = :assignee)
+  AND (:agent IS NULL OR agent = :agent)
+  -- Text anywhere in the title or the source id, whatever its case (ASCII case only).
+  AND (:text IS NULL OR instr(lower(title), lower(:text)) > 0
+       OR instr(lower(coalesce(source_id, '')), lower(:text)) > 0)
   -- Every label asked for (a JSON array) is among the task's: none is missing.
   AND (:labels IS NULL OR NOT EXISTS (
       SELECT 1 FROM json_each(:labels) AS wanted
