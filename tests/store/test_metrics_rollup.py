@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections import Counter
+from importlib import resources
 
 import psycopg
 import pytest
@@ -178,21 +179,22 @@ def test_a_bad_metrics_setting_is_refused_naming_the_field(tmp_path, text: str, 
 async def test_tasks_that_exist_before_the_migration_are_in_the_depth(
     pg_url: str, clock: ManualClock
 ) -> None:
-    """A database with live tasks, taken back to before migration 0012 (its objects, and those
-    of the later migrations, dropped) and migrated again: the depth is seeded from the table,
-    then kept by the trigger."""
+    """A database with live tasks whose migration 0012 objects are dropped, then made again by
+    that migration's own script: the depth is seeded from the table, then kept by the trigger."""
     async with AsyncQueue(pg_url, clock=clock) as q:
         for i in range(5):
             await q.submit(title=f"t{i}", task_type="docs", payload={})
         await q.claim(2, "w1")
+    script = (
+        resources.files("agentqueue") / "store" / "postgres" / "migrations" / "0012_metrics.sql"
+    ).read_text()
     with psycopg.connect(pg_url, autocommit=True) as conn:
         conn.execute(
             "DROP TRIGGER aq_events_metrics ON aq_events;"
             " DROP FUNCTION aq_metrics_rollup(); DROP FUNCTION aq_metric_bucket(double precision);"
             " DROP TABLE aq_metric_counts, aq_workers;"
-            " ALTER TABLE aq_tasks DROP COLUMN traceparent;"  # 0013
-            " DELETE FROM aq_schema_version WHERE version >= 12"
         )
+        conn.execute(script.encode())
     async with AsyncQueue(pg_url, clock=clock) as q:
         await assert_depth_is_stats(q)
         [claimed] = await q.claim(1, "w1")
