@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from agentqueue import AsyncQueue, ManualClock
+from agentqueue import AsyncQueue, ManualClock, TaskState
 from agentqueue.service.execution import Outcome, OutcomeKind
 from agentqueue.service.overview import overview, percentile
 
@@ -48,6 +48,8 @@ async def test_windows_count_ended_tasks_per_slot_with_latencies(
     await _run(queue, clock, 2, 20)
     await _run(queue, clock, 1, 1, fail=True)
     await _run(queue, clock, 1, 1, tenant="other")
+    for tenant in ("default", "other", "other"):  # live: in the depth, not in the windows
+        await queue.submit(title="waits", task_type="docs", tenant=tenant)
     rt = await queue.runtime()
     seen = await overview(rt, "default")
     hour, day = seen.windows
@@ -60,6 +62,7 @@ async def test_windows_count_ended_tasks_per_slot_with_latencies(
     assert sum(s.completed for s in day.slots[:-1]) == 1
     everyone = await overview(rt)
     assert everyone.windows[0].completed == 3
-    assert everyone.stats.total == 5 and seen.stats.total == 4
+    assert everyone.depth[TaskState.PENDING] == 3 and seen.depth[TaskState.PENDING] == 1
+    assert sum(seen.depth.values()) == 1 and TaskState.COMPLETED not in seen.depth
     assert seen.leader is None and seen.outbox_backlog >= 0
     assert clock.now() - hour.since <= timedelta(hours=1, minutes=5)

@@ -275,7 +275,7 @@ async def overview_page(request: Request) -> Response:
     """Depth by state, throughput and latency charts, agents, workers, leader, outbox, pauses."""
     who = await viewer(request, READ)
     seen = await overview.overview(_rt(request), who.tenant)
-    counts = [(s.value, seen.stats.by_state[s]) for s in TaskState]
+    counts = [(s.value, n) for s, n in seen.depth.items()]
     return render(
         request,
         "overview.html",

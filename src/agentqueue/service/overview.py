@@ -13,9 +13,10 @@ import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from ..domain.metrics import LIVE_STATES
 from ..domain.states import TaskState
-from ..store.base import BusyWorker, EndedCount, EndedTimes, LeaderInfo, PausedType
-from .reads import AgentLoad, Stats, agent_loads, stats
+from ..store.base import BusyWorker, EndedCount, EndedTimes, LeaderInfo, PausedType, WorkerSlots
+from .reads import AgentLoad, agent_loads
 from .runtime import Runtime
 
 SAMPLE = 2000
@@ -65,10 +66,14 @@ class Overview:
     """What the overview page shows."""
 
     now: datetime
-    stats: Stats
+    depth: dict[TaskState, int]
+    """Live tasks in each live state (from the metrics rollup on PostgreSQL: no scan)."""
     windows: list[Window]
     agents: list[AgentLoad]
-    workers: list[BusyWorker]
+    workers: list[WorkerSlots]
+    """Every worker that has reported its slots, newest heartbeat first."""
+    holding: dict[str, BusyWorker]
+    """Workers holding executing tasks, by name (one that stopped reporting may still)."""
     leader: LeaderInfo | None
     outbox_backlog: int
     paused: list[PausedType]
@@ -157,16 +162,21 @@ async def overview(rt: Runtime, tenant: str | None = None) -> Overview:
     workers, the leader and the paused types are the whole queue's (they belong to no
     tenant). The reads are independent, so they run at once (on PostgreSQL, each on a
     connection of its own): the page takes as long as the slowest, not their sum."""
-    # The three reads that scan many rows run at once; the small ones follow.
-    counts, found, agents = await asyncio.gather(
-        stats(rt, tenant), windows(rt, tenant), agent_loads(rt)
+    # The reads that may take longest run at once; the small ones follow.
+    snapshot, found, agents = await asyncio.gather(
+        rt.store.metrics(by_tenant=tenant is not None), windows(rt, tenant), agent_loads(rt)
     )
+    depth = dict.fromkeys(LIVE_STATES, 0)
+    for (owner, state), n in snapshot.depth.items():
+        if (tenant is None or owner == tenant) and state in depth:
+            depth[state] += n
     return Overview(
         now=rt.clock.now(),
-        stats=counts,
+        depth=depth,
         windows=found,
         agents=agents,
-        workers=await rt.store.busy_workers(),
+        workers=sorted(snapshot.workers, key=lambda w: w.heartbeat_at, reverse=True),
+        holding={w.worker: w for w in await rt.store.busy_workers()},
         leader=await rt.store.leader(LEADERSHIP),
         outbox_backlog=await rt.store.outbox_backlog(tenant),
         paused=await rt.store.paused(),

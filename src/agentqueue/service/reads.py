@@ -235,9 +235,11 @@ class AgentLoad:
 
 async def agent_loads(rt: Runtime) -> list[AgentLoad]:
     """Every configured agent with its load, counted as admission counts it, in configuration
-    order."""
-    async with rt.store.transaction() as tx:
-        load = Load.count(await tx.active_load())
+    order (no read when none is configured)."""
+    agents = rt.pipelines.context.agents.agents
+    if not agents:
+        return []
+    load = Load.count(await rt.store.active_load())
     return [
         AgentLoad(
             a.name,
@@ -246,5 +248,5 @@ async def agent_loads(rt: Runtime) -> list[AgentLoad]:
             a.max_concurrent,
             load.by_agent.get(a.name, 0),
         )
-        for a in rt.pipelines.context.agents.agents
+        for a in agents
     ]
