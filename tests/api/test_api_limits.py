@@ -124,17 +124,19 @@ def test_past_the_rate_a_token_gets_429_with_retry_after(limited: ApiServer) -> 
 def test_health_and_readiness_answer_without_a_token(limited: ApiServer) -> None:
     """The two public routes, and every other route the app serves is under /v1 (where the
     authorization matrix shows each refuses a request without a token) or is a dashboard page
-    (which sends a browser without a session to its login form: tests/dashboard)."""
+    (which sends a browser without a session to its login form: tests/dashboard) or the
+    Prometheus scrape at /metrics (which needs a token too)."""
     with limited.client() as http:
         health = http.get("/healthz")
         assert health.status_code == 200 and health.json()["status"] == "ok"
         ready = http.get("/readyz")
         assert ready.status_code == 200 and ready.json()["status"] == "ready"
         assert http.get("/v1/stats").status_code == 401
+        assert http.get("/metrics").status_code == 401
         page = http.get("/tasks")
         assert page.status_code == 303 and page.headers["location"].startswith("/login")
     dashboard = {route.path for route in dashboard_router.routes}  # type: ignore[attr-defined]
-    others = {path for path, _ in served_routes(build_app())} - PUBLIC - dashboard
+    others = {path for path, _ in served_routes(build_app())} - PUBLIC - dashboard - {"/metrics"}
     assert others and all(path.startswith("/v1/") for path in others), sorted(others)
 
 

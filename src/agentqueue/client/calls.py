@@ -125,16 +125,24 @@ class Calls:
         return Call("POST", "/tasks", SubmitResult.from_json, body=_task_fields(item))
 
     @staticmethod
-    def submit_many(specs: Iterable[TaskSpec | Mapping[str, Any]]) -> Call[list[SubmitResult]]:
+    def submit_many(
+        specs: Iterable[TaskSpec | Mapping[str, Any]],
+        *,
+        progress: Callable[[int], None] | None = None,
+    ) -> Call[list[SubmitResult]]:
         """Submit many tasks at once; results in input order. One bad item fails the call,
-        naming ``tasks[i].field``, and nothing is written."""
+        naming ``tasks[i].field``, and nothing is written. ``progress`` is told how many were
+        stored when the server's answer comes (one request: all at once), as ``progress(n)``
+        adds up on AsyncQueue."""
         body = {"tasks": [_task_fields(s) for s in specs]}
-        return Call(
-            "POST",
-            "/tasks/bulk",
-            lambda data: _many(data["tasks"], SubmitResult.from_json),
-            body=body,
-        )
+
+        def decode(data: Any) -> list[SubmitResult]:
+            results = _many(data["tasks"], SubmitResult.from_json)
+            if progress is not None:
+                progress(len(results))
+            return results
+
+        return Call("POST", "/tasks/bulk", decode, body=body)
 
     # --- reading ----------------------------------------------------------------------------
 
@@ -354,9 +362,17 @@ class Calls:
         return Call("POST", f"/tokens/{_seg(name)}/revoke", TokenRecord.from_json)
 
     @staticmethod
-    def verify() -> Call[VerifyReport]:
-        """Check every task's audit chain; the report names the first bad event."""
-        return Call("GET", "/verify", VerifyReport.from_json)
+    def verify(*, progress: Callable[[int], None] | None = None) -> Call[VerifyReport]:
+        """Check every task's audit chain; the report names the first bad event. ``progress``
+        is told how many tasks were checked when the server's report comes (all at once)."""
+
+        def decode(data: Any) -> VerifyReport:
+            report = VerifyReport.from_json(data)
+            if progress is not None:
+                progress(report.tasks)
+            return report
+
+        return Call("GET", "/verify", decode)
 
     # Last, so that ``list`` in the annotations above still means the builtin.
     @staticmethod
