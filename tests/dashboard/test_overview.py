@@ -64,5 +64,6 @@ async def test_windows_count_ended_tasks_per_slot_with_latencies(
     assert everyone.windows[0].completed == 3
     assert everyone.depth[TaskState.PENDING] == 3 and seen.depth[TaskState.PENDING] == 1
     assert sum(seen.depth.values()) == 1 and TaskState.COMPLETED not in seen.depth
+    assert everyone.ended["completed"] == 4 and seen.ended["completed"] == 3
     assert seen.leader is None and seen.outbox_backlog >= 0
     assert clock.now() - hour.since <= timedelta(hours=1, minutes=5)

@@ -281,6 +281,7 @@ async def overview_page(request: Request) -> Response:
         "overview.html",
         seen=seen,
         depth=charts.depth_bars(counts),
+        ended=charts.depth_bars(list(seen.ended.items())),
         windows=[(w, *charts.window_charts(w)) for w in seen.windows],
         whole_queue=who.every_tenant,
         refresh=REFRESH_SECS,

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from ..domain.metrics import LIVE_STATES
+from ..domain.metrics import ENDINGS, LIVE_STATES
 from ..domain.states import TaskState
 from ..store.base import BusyWorker, EndedCount, EndedTimes, LeaderInfo, PausedType, WorkerSlots
 from .reads import AgentLoad, agent_loads
@@ -68,6 +68,9 @@ class Overview:
     now: datetime
     depth: dict[TaskState, int]
     """Live tasks in each live state (from the metrics rollup on PostgreSQL: no scan)."""
+    ended: dict[str, int]
+    """Tasks ended by how, since the metrics began counting (the ``agent_tasks_total``
+    counters: never fewer, whatever retention removes)."""
     windows: list[Window]
     agents: list[AgentLoad]
     workers: list[WorkerSlots]
@@ -170,9 +173,15 @@ async def overview(rt: Runtime, tenant: str | None = None) -> Overview:
     for (owner, state), n in snapshot.depth.items():
         if (tenant is None or owner == tenant) and state in depth:
             depth[state] += n
+    ended = dict.fromkeys(ENDINGS, 0)
+    for count in snapshot.counts:
+        mine = tenant is None or count.tenant == tenant
+        if mine and count.metric == "ended" and count.label in ended:
+            ended[count.label] += count.n
     return Overview(
         now=rt.clock.now(),
         depth=depth,
+        ended=ended,
         windows=found,
         agents=agents,
         workers=sorted(snapshot.workers, key=lambda w: w.heartbeat_at, reverse=True),
