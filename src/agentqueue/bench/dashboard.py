@@ -20,10 +20,9 @@ import httpx
 from ..api.app import create_app
 from ..dashboard.session import COOKIE
 from ..queue import AsyncQueue
-from ..service.execution import Outcome, OutcomeKind
 from ..store.admin import execute
 from .common import NOOP, BenchContext, Row, fmt_ms, percentile, target_row
-from .db import fresh_url, preload
+from .db import complete_some, fresh_url, preload
 
 NAME = "dashboard"
 SYSTEM = "agentqueue (PostgreSQL)"
@@ -41,24 +40,6 @@ PAGES = (
 def steps(ctx: BenchContext) -> int:
     """Progress steps of this benchmark."""
     return 2
-
-
-async def _complete_some(queue: AsyncQueue, n: int) -> None:
-    """Admit, claim and complete ``n`` tasks through the public API, 500 at a time."""
-    done = 0
-    while done < n:
-        await queue.admit(min(500, n - done))
-        tasks = await queue.claim(min(500, n - done), WORKER)
-        if not tasks:
-            break
-        await queue.finish(
-            [
-                Outcome(t.id, t.lock_token, OutcomeKind.COMPLETED, claimed=t)
-                for t in tasks
-                if t.lock_token is not None
-            ]
-        )
-        done += len(tasks)
 
 
 async def _time_pages(queue: AsyncQueue, renders: int) -> dict[str, Any]:
@@ -104,7 +85,7 @@ async def run(ctx: BenchContext) -> dict[str, Any]:
         bar = ctx.progress.inner(n, f"dashboard: load {n:,} tasks")
         await preload(queue, n, NOOP, bar)
         bar.close()
-        await _complete_some(queue, completed)
+        await complete_some(queue, completed, WORKER)
         # The steady state autovacuum keeps: statistics, and a visibility map for
         # index-only counts.
         await execute(url, "VACUUM (ANALYZE) aq_tasks")

@@ -10,6 +10,7 @@ from typing import Any
 
 from ..domain.states import TaskState
 from ..queue import AsyncQueue
+from ..service.execution import Outcome, OutcomeKind
 from ..store.admin import drop_database, ensure_database, execute, truncate_tables
 from .common import Backend, BenchContext, rate
 
@@ -67,6 +68,26 @@ async def preload(
         if bar is not None:
             bar.update(size)
     return rate(n, time.perf_counter() - started)
+
+
+async def complete_some(queue: AsyncQueue, n: int, worker: str, batch: int = 500) -> int:
+    """Claim and complete up to ``n`` admitted tasks through the public API, ``batch`` at a
+    time (admitting as many first); how many were completed."""
+    done = 0
+    while done < n:
+        await queue.admit(min(batch, n - done))
+        tasks = await queue.claim(min(batch, n - done), worker)
+        if not tasks:
+            break
+        await queue.finish(
+            [
+                Outcome(t.id, t.lock_token, OutcomeKind.COMPLETED, claimed=t)
+                for t in tasks
+                if t.lock_token is not None
+            ]
+        )
+        done += len(tasks)
+    return done
 
 
 async def count(queue: AsyncQueue, state: TaskState) -> int:

@@ -15,11 +15,10 @@ from typing import Any
 
 from ..domain.states import TaskState
 from ..queue import AsyncQueue
-from ..service.execution import Outcome, OutcomeKind
 from ..service.metrics import exposition
 from ..store.admin import execute
 from .common import NOOP, BenchContext, Row, fmt_ms, percentile, target_row
-from .db import count, fresh_url, preload
+from .db import complete_some, count, fresh_url, preload
 
 NAME = "metrics"
 SYSTEM = "agentqueue (PostgreSQL)"
@@ -45,19 +44,7 @@ async def load(ctx: BenchContext, queue: AsyncQueue, size: int, completed: int) 
         if not admitted:
             break
     bar.close()
-    done = 0
-    while done < completed:
-        tasks = await queue.claim(min(1_000, completed - done), WORKER)
-        if not tasks:
-            break
-        await queue.finish(
-            [
-                Outcome(t.id, t.lock_token, OutcomeKind.COMPLETED, claimed=t)
-                for t in tasks
-                if t.lock_token is not None
-            ]
-        )
-        done += len(tasks)
+    await complete_some(queue, completed, WORKER, batch=1_000)
     await execute(ctx.pg_url, "VACUUM (ANALYZE) aq_tasks")
     return time.perf_counter() - started
 
