@@ -500,7 +500,7 @@ class AsyncQueue:
 
     async def leader(self) -> LeaderInfo | None:
         """Who holds (or last held) the scheduler leadership."""
-        from .scheduler.leader import LEADERSHIP
+        from .service.records import LEADERSHIP
 
         return await (await self._ready()).store.leader(LEADERSHIP)
 

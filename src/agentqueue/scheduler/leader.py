@@ -16,12 +16,11 @@ import logging
 from datetime import datetime, timedelta
 
 from ..domain.errors import AgentQueueError, StoreUnavailable
+from ..service.records import LEADERSHIP
 from ..service.runtime import Runtime
 from ..supervise import Outage
 
 log = logging.getLogger("agentqueue.scheduler")
-
-LEADERSHIP = "scheduler"
 
 
 class Leadership:

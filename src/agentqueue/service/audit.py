@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ..domain.audit import ChainBreak, StoredEvent, check_chain
-from ..domain.models import Task
+from ..domain.models import Event, Task
 from .runtime import Runtime
 
 T = TypeVar("T")
@@ -100,8 +100,9 @@ async def verify(
     return VerifyReport(tasks, events, breaks, purged)
 
 
-async def verify_task(rt: Runtime, task: Task) -> ChainBreak | None:
-    """Check one task's chain against itself and its row; None when it holds."""
+def verify_task(task: Task, events: Sequence[Event]) -> ChainBreak | None:
+    """Check one task's chain (``events``, as read for it) against itself and its row; None
+    when it holds."""
     stored = [
         StoredEvent(
             e.task_id,
@@ -116,7 +117,7 @@ async def verify_task(rt: Runtime, task: Task) -> ChainBreak | None:
             e.data_text,
             e.hash,
         )
-        for e in await rt.store.events(task.id, task.tenant)
+        for e in events
     ]
     return check_chain(
         task.id, stored, task.event_seq, task.last_hash, task.tenant, task.state.value

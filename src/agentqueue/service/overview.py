@@ -17,13 +17,11 @@ from ..domain.metrics import ENDINGS, LIVE_STATES
 from ..domain.states import TaskState
 from ..store.base import BusyWorker, EndedCount, EndedTimes, LeaderInfo, PausedType, WorkerSlots
 from .reads import AgentLoad, agent_loads
+from .records import LEADERSHIP
 from .runtime import Runtime
 
 SAMPLE = 2000
 """How many of the newest ended tasks a window's latency percentiles are taken over."""
-
-LEADERSHIP = "scheduler"
-"""The leadership the scheduler holds (the name the scheduler's leader lease uses)."""
 
 
 @dataclass(frozen=True)

@@ -135,6 +135,9 @@ async def decide_and_apply(
 ADMITTER = "scheduler"
 """The actor of every step the scheduler takes."""
 
+LEADERSHIP = "scheduler"
+"""The leader lease the scheduler holds (one leader at a time)."""
+
 
 async def retry_due(
     rt: Runtime, action: Action, lock: Callable[[Tx, datetime], Awaitable[list[Task]]]
