@@ -16,6 +16,7 @@ ROOT = "agentqueue"
 LAYERS: dict[str, int] = {
     "domain": 0,
     "clock": 1,
+    "lazy": 0,
     "ids": 1,
     "spec": 1,
     "config": 1,

@@ -5,8 +5,9 @@ one-shot commands do not pay for the HTTP client, the worker and the API they do
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from .lazy import lazy_names
 
 if TYPE_CHECKING:
     from .client import AsyncClient, Client
@@ -89,14 +90,7 @@ _WHERE: dict[str, str] = {
 """The module each public name lives in (relative to this package)."""
 
 
-def __getattr__(name: str) -> Any:
-    """Load a public name from its module on first use."""
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'agentqueue' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _WHERE, globals())
 
 
 __all__ = [

@@ -27,9 +27,9 @@ in a pool, so close the client (or use it as a context manager) when done.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from ..lazy import lazy_names
 from .names import TOKEN_ENV, URL_ENV
 
 if TYPE_CHECKING:
@@ -50,14 +50,7 @@ _WHERE = {
 variables (the command line does) does not load httpx."""
 
 
-def __getattr__(name: str) -> Any:
-    """Load a name from its module on first use."""
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _WHERE, globals())
 
 
 __all__ = [
