@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -35,9 +37,18 @@ def _listening_port(proc: subprocess.Popen[str], within: float = 60) -> int:
     assert proc.stderr is not None
     deadline = time.monotonic() + within
     seen = []
+    lines: queue.Queue[str] = queue.Queue()  # read aside: a bare readline would wait for ever
+    stream = proc.stderr
+
+    def read() -> None:
+        for line in iter(stream.readline, ""):
+            lines.put(line)
+
+    threading.Thread(target=read, daemon=True).start()
     while time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        if not line and proc.poll() is not None:
+        try:
+            line = lines.get(timeout=max(0.01, deadline - time.monotonic()))
+        except queue.Empty:
             break
         seen.append(line)
         found = re.search(r"API listening on http://127\.0\.0\.1:(\d+)/v1 \(2 processes\)", line)
