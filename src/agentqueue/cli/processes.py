@@ -276,7 +276,11 @@ def _worker_options(fn: Callable[..., Any]) -> Callable[..., Any]:
             "--scheduler/--no-scheduler", default=True, help="Run the scheduler steps too."
         ),
         click.option("--grace", type=float, help="Seconds running tasks get at shutdown."),
-        click.option("--until-idle", is_flag=True, help="Exit once no work is left."),
+        click.option(
+            "--until-idle",
+            is_flag=True,
+            help="Exit once nothing left can be run by this process (saying what is left and why).",
+        ),
         click.option(
             "--metrics-port",
             type=click.IntRange(0, 65_535),
