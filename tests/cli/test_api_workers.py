@@ -75,6 +75,9 @@ def test_several_processes_serve_one_port(pg_url: str) -> None:
     )  # fmt: skip
     try:
         port = _listening_port(proc)
+        # Asked at once, before either process has started: the line was true, so the
+        # connection waits in the backlog instead of being refused.
+        assert httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=60).status_code == 200
         alice, bob = _token(pg_url, "alice", "default"), _token(pg_url, "bob", "other")
         base = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 60

@@ -164,6 +164,9 @@ def serve_workers(
         timeout_graceful_shutdown=5,
     )
     sock = config.bind_socket()  # a port that is taken: logged, and exit 1
+    # uvicorn binds here but each process listens only once it has started; listening now
+    # makes the line below true: a connection made before then waits in the backlog.
+    sock.listen(config.backlog)
     listening(int(sock.getsockname()[1]))
     try:
         Multiprocess(config, sockets=[sock]).run()
