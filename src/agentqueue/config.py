@@ -16,6 +16,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+import regex
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -32,7 +33,9 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-from .domain.errors import ConfigError, FieldProblem
+from .domain.errors import ConfigError, FieldProblem, InvalidInput
+from .domain.guardrails import blow_up_problem
+from .domain.limits import MAX_CONFIG_BYTES, json_problem, read_bounded, utf8_text
 from .domain.priority import DEFAULT_AGING_INTERVAL_SECS
 from .domain.retention import RetentionPolicy
 from .domain.retry import BackoffPolicy
@@ -218,9 +221,12 @@ class GuardrailSettings(_Section):
     @classmethod
     def _pattern(cls, pattern: str) -> str:
         try:
-            re.compile(pattern)
-        except re.error as exc:
+            regex.compile(pattern, regex.IGNORECASE)
+        except (regex.error, RecursionError, OverflowError, ValueError) as exc:
             raise ValueError(f"is not a valid regular expression: {exc}") from None
+        problem = blow_up_problem(pattern)
+        if problem is not None:
+            raise ValueError(problem)
         return pattern
 
     @field_validator("action")
@@ -675,18 +681,50 @@ class Settings(BaseSettings):
 
 
 def load_settings(path: str | os.PathLike[str] | None = None) -> Settings:
-    """Read the TOML file at ``path`` (if any) and the environment; raise ConfigError if bad."""
+    """Read the TOML file at ``path`` (if any) and the environment; raise ConfigError if bad.
+    The file is read to at most MAX_CONFIG_BYTES (one more byte is refused)."""
     data: dict[str, Any] = {}
     if path is not None:
         file = Path(path)
         try:
-            data = tomllib.loads(file.read_text())
+            with open(file, "rb") as stream:
+                raw = read_bounded(stream, MAX_CONFIG_BYTES, "config")
         except FileNotFoundError:
             raise ConfigError(f"no such file: {file}", "config") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{file} is not valid TOML: {exc}", "config") from None
         except OSError as exc:
             raise ConfigError(f"cannot read {file}: {exc.strerror}", "config") from None
+        except InvalidInput as exc:
+            raise ConfigError(f"{file} {exc.problems[0].message}", "config") from None
+        data = parse_config_text(raw, str(file))
+    return settings_from(data)
+
+
+def parse_config_text(raw: bytes | str, name: str = "the configuration") -> dict[str, Any]:
+    """TOML text as a table, within the bounds of domain.limits (UTF-8, no NUL in a string or a
+    key, nesting, whole-number length); ConfigError naming the setting otherwise."""
+    try:
+        text = raw if isinstance(raw, str) else utf8_text(raw, "config")
+    except InvalidInput as exc:
+        raise ConfigError(f"{name} {exc.problems[0].message}", "config") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{name} is not valid TOML: {exc}", "config") from None
+    except RecursionError:
+        raise ConfigError(f"{name} is not valid TOML: nested too deep", "config") from None
+    except ValueError as exc:
+        if "integer string conversion" in str(exc):
+            exc = ValueError("a whole number of more than 4300 digits")
+        raise ConfigError(f"{name} is not valid TOML: {exc}", "config") from None
+    problem = json_problem(data)
+    if problem is not None:
+        where, message = problem
+        raise ConfigError(message, where or "config")
+    return data
+
+
+def settings_from(data: dict[str, Any]) -> Settings:
+    """Settings from a parsed configuration table and the environment; ConfigError if bad."""
     try:
         return Settings(**data)
     except ValidationError as exc:

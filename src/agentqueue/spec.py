@@ -25,10 +25,10 @@ from pydantic import (
 from .domain.audit import canonical_json
 from .domain.deliveries import callback_url_problem
 from .domain.errors import FieldProblem, InvalidInput
+from .domain.limits import json_problem, time_problem
 from .domain.models import SOURCES
 from .domain.priority import DEFAULT_PRIORITY, parse_priority
 from .domain.retry import DEFAULT_MAX_RETRIES, P0_MAX_RETRIES
-from .domain.values import NUL_PROBLEM, nul_path
 from .tracing import traceparent_problem
 
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
@@ -150,9 +150,10 @@ class TaskSpec(BaseModel):
     @field_validator("*")
     @classmethod
     def _storable(cls, value: Any, info: ValidationInfo) -> Any:
-        where = nul_path(value)
-        if where is not None:
-            raise ValueError(NUL_PROBLEM if not where else f"{where}: {NUL_PROBLEM}")
+        problem = json_problem(value)
+        if problem is not None:
+            where, message = problem
+            raise ValueError(f"{where}: {message}" if where else message)
         return value
 
     @field_validator("payload")
@@ -193,9 +194,12 @@ class TaskSpec(BaseModel):
     @field_validator("run_after")
     @classmethod
     def _run_after(cls, value: datetime | None) -> datetime | None:
-        if value is not None and value.tzinfo is None:
-            return value.replace(tzinfo=UTC)
-        return value
+        if value is None:
+            return None
+        problem = time_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
 
     # The P0 rules are field validators, not a model validator, so each is reported on its own
     # field and alongside every other bad field (a model validator runs only when all fields

@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from ..domain import access
 from ..domain.access import Principal, in_scope
 from ..domain.errors import InvalidInput, NotFound, StoreUnavailable
+from ..domain.limits import JSONLimitError, parse_json
 from ..domain.models import Task
 from ..domain.states import Action, TaskState
 from ..ids import parse_task_id
@@ -42,8 +43,6 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 STREAM_KEEPALIVE_SECS = 15.0
 STREAM_RETRY_SECS = 1.0
 """Pause of an event stream whose read met a database outage, before it reads again."""
-MAX_JSON_DEPTH = 512
-"""The deepest nesting of arrays and objects a request body may have."""
 
 
 def _rt(request: Request) -> Runtime:
@@ -64,25 +63,17 @@ async def _json_body(request: Request) -> Any:
 
 
 def _parsed(raw: bytes) -> Any:
-    """A body's JSON, nested at most MAX_JSON_DEPTH deep: what is read, checked, stored and
-    written back recurses once per level, so a deeper body would end in a RecursionError (a
-    500) at one step or another."""
-    too_deep = InvalidInput(f"is nested more than {MAX_JSON_DEPTH} levels deep", "body")
+    """A body's JSON within the bounds of domain.limits (nested at most MAX_JSON_DEPTH deep,
+    whole numbers of at most MAX_INT_DIGITS digits, finite numbers, UTF-8): what is read,
+    checked, stored and written back recurses once per level, and Python refuses to read a
+    whole number of more than 4,300 digits, so a body past them would end in a 500 at one step
+    or another. NUL characters are left to the check that names the field."""
     try:
-        value = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+        return parse_json(raw, nul=False)
+    except JSONLimitError as exc:
+        raise InvalidInput(str(exc), "body") from None
+    except ValueError:
         raise InvalidInput("not valid JSON", "body") from None
-    except RecursionError:
-        raise too_deep from None
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if isinstance(node, dict | list):
-            if depth > MAX_JSON_DEPTH:
-                raise too_deep
-            items = node.values() if isinstance(node, dict) else node
-            stack.extend((item, depth + 1) for item in items)
-    return value
 
 
 def _submitted_by(who: Principal, items: list[Any], single: bool) -> None:

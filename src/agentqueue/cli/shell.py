@@ -13,12 +13,20 @@ import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias, TypeVar
 
 import click
 
 from ..domain.errors import AgentQueueError, InvalidInput, StoreLocked, StoreUnavailable
+from ..domain.limits import (
+    MAX_INPUT_BYTES,
+    JSONLimitError,
+    loads_json,
+    parse_json,
+    read_bounded,
+    time_problem,
+    utf8_text,
+)
 from ..domain.models import Event, Task
 from ..domain.priority import priority_name
 from ..domain.states import TaskState
@@ -327,18 +335,24 @@ def event_rows(events: Sequence[Event]) -> None:
 
 
 def read_json_arg(value: str, field: str) -> Any:
-    """JSON text, or ``@path`` (``@-`` for stdin) holding JSON."""
-    text = value
-    if value.startswith("@"):
-        path = value[1:]
-        try:
-            text = sys.stdin.read() if path == "-" else Path(path).read_text()
-        except OSError as exc:
-            raise InvalidInput(f"cannot read {path}: {exc.strerror}", field) from None
+    """JSON text, or ``@path`` (``@-`` for stdin) holding JSON: read at most
+    MAX_INPUT_BYTES (plus one, to refuse more), UTF-8, within the bounds of domain.limits."""
+    if not value.startswith("@"):
+        return loads_json(value, field)
+    return loads_json(_read_input(value[1:], field), field)
+
+
+def _read_input(path: str, field: str) -> str:
+    """A file's (``-``: stdin's) text, at most MAX_INPUT_BYTES of it, which must be UTF-8."""
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InvalidInput(f"not valid JSON ({exc.msg} at line {exc.lineno})", field) from None
+        if path == "-":
+            data = read_bounded(sys.stdin.buffer, MAX_INPUT_BYTES, field)
+        else:
+            with open(path, "rb") as stream:
+                data = read_bounded(stream, MAX_INPUT_BYTES, field)
+    except OSError as exc:
+        raise InvalidInput(f"cannot read {path}: {exc.strerror}", field) from None
+    return utf8_text(data, field)
 
 
 _RELATIVE = re.compile(r"^\+(\d+(?:\.\d+)?)([smhd])$")
@@ -350,38 +364,47 @@ def parse_when(value: str, field: str) -> datetime:
     if match:
         amount, unit = float(match.group(1)), match.group(2)
         seconds = amount * {"s": 1, "m": 60, "h": 3600, "d": 86400}[unit]
-        return datetime.now(UTC) + timedelta(seconds=seconds)
-    try:
-        when = datetime.fromisoformat(value.strip())
-    except ValueError:
-        raise InvalidInput(
-            "must be an ISO 8601 time (2026-05-01T09:00:00Z) or +30s/+5m/+2h/+1d", field
-        ) from None
-    return when if when.tzinfo else when.replace(tzinfo=UTC)
+        try:
+            when = datetime.now(UTC) + timedelta(seconds=seconds)
+        except (OverflowError, ValueError):
+            raise InvalidInput(f"{value.strip()} is too far ahead", field) from None
+    else:
+        try:
+            when = datetime.fromisoformat(value.strip())
+        except ValueError:
+            raise InvalidInput(
+                "must be an ISO 8601 time (2026-05-01T09:00:00Z) or +30s/+5m/+2h/+1d", field
+            ) from None
+        when = when if when.tzinfo else when.replace(tzinfo=UTC)
+    problem = time_problem(when)
+    if problem is not None:
+        raise InvalidInput(problem, field)
+    return when
 
 
 def read_task_file(value: str) -> list[Any]:
     """Tasks from a JSON object, a JSON array, or JSON lines; ``-`` reads stdin."""
-    try:
-        text = sys.stdin.read() if value == "-" else Path(value).read_text()
-    except OSError as exc:
-        raise InvalidInput(f"cannot read {value}: {exc.strerror}", "file") from None
+    text = _read_input(value, "file")
     stripped = text.strip()
     if not stripped:
         raise InvalidInput("holds no tasks", "file")
     try:
-        parsed = json.loads(stripped)
+        parsed = parse_json(stripped)
         return parsed if isinstance(parsed, list) else [parsed]
-    except json.JSONDecodeError:
+    except JSONLimitError as exc:
+        raise InvalidInput(str(exc), "file") from None
+    except ValueError:
         pass
     items = []
     for number, line in enumerate(stripped.splitlines(), 1):
         if not line.strip():
             continue
         try:
-            items.append(json.loads(line))
+            items.append(parse_json(line))
         except json.JSONDecodeError as exc:
             raise InvalidInput(f"line {number} is not valid JSON ({exc.msg})", "file") from None
+        except ValueError as exc:
+            raise InvalidInput(f"line {number}: {exc}", "file") from None
     return items
 
 

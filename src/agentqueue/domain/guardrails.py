@@ -12,13 +12,20 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import regex
+
+MATCH_TIMEOUT_SECS = 0.25
+"""How long one pattern may search one field. A search that takes longer counts as a match: the
+task is held for approval, so a rule that cannot decide hands the decision to a person rather
+than letting the work through or keeping a submit waiting."""
+
 
 @dataclass(frozen=True)
 class Guardrail:
     """One rule: a case-insensitive regular expression and the work it applies to."""
 
     name: str
-    pattern: re.Pattern[str]
+    pattern: regex.Pattern[str]  # searched with a time limit (MATCH_TIMEOUT_SECS)
     applies_to: frozenset[str]
     task_types: frozenset[str] | None = None
     priorities: frozenset[int] | None = None
@@ -37,7 +44,7 @@ class Guardrail:
         """A rule from its configured values."""
         return cls(
             name,
-            re.compile(pattern, re.IGNORECASE),
+            regex.compile(pattern, regex.IGNORECASE),
             frozenset(applies_to),
             None if task_types is None else frozenset(task_types),
             None if priorities is None else frozenset(priorities),
@@ -60,10 +67,16 @@ class Match:
     rule: Guardrail
     field: str  # "title" or "payload"
     text: str  # what the pattern found
+    timed_out: bool = False  # the search took longer than MATCH_TIMEOUT_SECS
 
     @property
     def reason(self) -> str:
         """The blocked task's state_reason."""
+        if self.timed_out:
+            return (
+                f"guardrail {self.rule.name!r} requires approval: its pattern took longer "
+                f"than {MATCH_TIMEOUT_SECS}s on the {self.field}, which counts as found"
+            )
         return (
             f"guardrail {self.rule.name!r} requires approval: "
             f"{self.text!r} found in the {self.field}"
@@ -89,12 +102,80 @@ def first_match(
     for rule in rules:
         if not rule.applies(kind, task_type, priority):
             continue
-        found = rule.pattern.search(title)
+        found = _search(rule, "title", title)
         if found:
-            return Match(rule, "title", found.group(0))
+            return found
         if body is None:
             body = payload_text(payload)
-        found = rule.pattern.search(body)
+        found = _search(rule, "payload", body)
         if found:
-            return Match(rule, "payload", found.group(0))
+            return found
     return None
+
+
+def _search(rule: Guardrail, field: str, text: str) -> Match | None:
+    try:
+        found = rule.pattern.search(text, timeout=MATCH_TIMEOUT_SECS)
+    except TimeoutError:
+        return Match(rule, field, "", timed_out=True)
+    return None if found is None else Match(rule, field, found.group(0))
+
+
+def blow_up_problem(pattern: str) -> str | None:
+    """Why ``pattern`` can take exponential time on some text, when that shows in its shape:
+    an unbounded repetition whose body is itself only a repetition (``(a+)+``, ``(?:x*)*``,
+    ``(a+|b)+``). Other slow patterns exist; the search's time limit bounds those."""
+    try:
+        parsed = re._parser.parse(pattern)  # type: ignore[attr-defined]
+    except (re.error, RecursionError, OverflowError):
+        return None  # the pattern's own check reports it
+    if _nested_repeat(list(parsed)):
+        return (
+            "repeats a repetition directly, as in (a+)+, which can take exponential time "
+            "on text that almost matches; repeat once (a+)"
+        )
+    return None
+
+
+_REPEATS = frozenset({"MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"})
+
+
+def _nested_repeat(items: list[Any]) -> bool:
+    for op, av in items:
+        name = str(op)
+        if name in _REPEATS:
+            _, high, body = av
+            if high > 1 and any(_only_repeat(list(b)) for b in _alternatives(list(body))):
+                return True
+            inner = [list(body)]
+        elif name == "SUBPATTERN":
+            inner = [list(av[-1])]
+        elif name == "BRANCH":
+            inner = [list(b) for b in av[1]]
+        elif name in ("ASSERT", "ASSERT_NOT"):
+            inner = [list(av[1])]
+        else:
+            continue
+        if any(_nested_repeat(b) for b in inner):
+            return True
+    return False
+
+
+def _alternatives(items: list[Any]) -> list[list[Any]]:
+    """The sequences a body may be: itself, unwrapped from groups and split at ``|``."""
+    while len(items) == 1 and str(items[0][0]) == "SUBPATTERN":
+        items = list(items[0][1][-1])
+    if len(items) == 1 and str(items[0][0]) == "BRANCH":
+        out: list[list[Any]] = []
+        for branch in items[0][1][1]:
+            out.extend(_alternatives(list(branch)))
+        return out
+    return [items]
+
+
+def _only_repeat(items: list[Any]) -> bool:
+    """A single repetition of a varying count (``a+``, ``a{1,3}``; not ``a{2}``)."""
+    if len(items) != 1 or str(items[0][0]) not in _REPEATS:
+        return False
+    low, high, _ = items[0][1]
+    return bool(high > 1 and low != high)

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import AgentSettings
+from ..domain.limits import parse_json
 from ..domain.models import Task
 from .base import AttemptControl, AttemptEnd, AttemptResult, LogChunk, ToolCallRequest
 from .capture import AgentProcess, LastLine
@@ -723,7 +724,7 @@ def _read_status(fd: int) -> dict[str, Any] | None:
     finally:
         os.close(fd)
     try:
-        status = json.loads(data)
+        status = parse_json(data)
     except ValueError:
         return None
     return status if isinstance(status, dict) else None
@@ -751,10 +752,8 @@ def _read_result_file(path: Path) -> bytes | None:
 
 
 def _parse_json(text: bytes) -> Any:
-    def no_constants(name: str) -> Any:
-        raise ValueError(f"{name} is not valid JSON")
-
-    return json.loads(text, parse_constant=no_constants)
+    """An agent's JSON within the bounds of domain.limits; ValueError when not."""
+    return parse_json(text)
 
 
 def _remove_tree(path: Path) -> None:

@@ -16,9 +16,10 @@ from uuid import UUID
 from ..domain.audit import canonical_json
 from ..domain.deliveries import needs_delivery
 from ..domain.errors import FieldProblem, InvalidInput
+from ..domain.limits import joined, json_problem
 from ..domain.models import LogRecord, Task
 from ..domain.states import Action, Refusal, RefusalKind, Request, TaskState, bulk_event
-from ..domain.values import NUL, NUL_PROBLEM, nul_path, without_nul
+from ..domain.values import NUL, without_nul
 from ..store import Lease
 from ..store.base import ClaimParams
 from .records import apply_decisions, decide_and_apply
@@ -284,25 +285,28 @@ def unstorable(outcome: Outcome) -> FieldProblem | None:
         except InvalidInput as exc:
             return exc.problems[0]
     for name in ("checkpoint", "tool_call"):
-        where = nul_path(getattr(outcome, name), name)
-        if where is not None:
-            return FieldProblem(where, NUL_PROBLEM)
+        problem = json_problem(getattr(outcome, name))
+        if problem is not None:
+            where, message = problem
+            return FieldProblem(joined(name, where), message)
     return None
 
 
 def checked_result(value: Any, limit: int = MAX_RESULT_BYTES) -> Any:
     """``value``, if it can be kept: JSON of at most ``limit`` bytes in canonical form, holding
     no NUL character; InvalidInput naming the field otherwise. A completion's result and a tool
-    call's answer are held to it alike."""
+    call's answer are held to it alike; so are the bounds of domain.limits (nesting, number
+    length, finite numbers)."""
+    problem = json_problem(value)
+    if problem is not None:
+        where, message = problem
+        raise InvalidInput(message, joined("result", where))
     try:
         size = len(canonical_json(value).encode())
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"not JSON: {exc}", "result") from None
     if size > limit:
         raise InvalidInput(f"{size} bytes, over the limit of {limit}", "result")
-    where = nul_path(value, "result")
-    if where is not None:
-        raise InvalidInput(NUL_PROBLEM, where)
     return value
 
 
