@@ -90,3 +90,15 @@ async def test_a_failed_exit_ignores_the_result(run_agent: RunAgent) -> None:
     result = await run_agent("result", '{"ok": true}', "exit", "1")
     assert result.end is AttemptEnd.FAILED
     assert result.result is None
+
+
+async def test_a_result_over_the_input_bounds_fails_naming_the_bound(run_agent: RunAgent) -> None:
+    """A last line nested past 512 levels (the JSON decoder's recursion once ended the attempt
+    in a RecursionError) or a whole number of thousands of digits (Python's int limit, a
+    ValueError that once read as "not JSON"): the attempt fails, not retried, saying which."""
+    deep = await run_agent("print", "[" * 10_000 + "]" * 10_000)
+    assert deep.end is AttemptEnd.FAILED and not deep.retryable
+    assert deep.error == "the agent's result (its last line): is nested more than 512 levels deep"
+    huge = await run_agent("result", '{"n": ' + "7" * 5000 + "}", "print", "{}")
+    assert huge.end is AttemptEnd.FAILED and not huge.retryable
+    assert huge.error == "result.json: a whole number of 5000 digits, over 100"

@@ -178,7 +178,7 @@ def _parse_float(text: str) -> float:
 
 
 def _no_constant(name: str) -> Any:
-    raise JSONLimitError(f"{name} is not valid JSON")
+    raise ValueError(f"{name} is not valid JSON")
 
 
 def _size(limit: int) -> str:

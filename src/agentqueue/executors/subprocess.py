@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import AgentSettings
-from ..domain.limits import parse_json
+from ..domain.limits import JSONLimitError, parse_json
 from ..domain.models import Task
 from .base import AttemptControl, AttemptEnd, AttemptResult, LogChunk, ToolCallRequest
 from .capture import AgentProcess, LastLine
@@ -600,6 +600,8 @@ class CommandAgent:
                 raise _BadResult(f"{RESULT_FILE} is larger than 1 MiB ({len(text)} bytes)")
             try:
                 return _parse_json(text)
+            except JSONLimitError as exc:
+                raise _BadResult(f"{RESULT_FILE}: {exc}") from None
             except ValueError as exc:
                 raise _BadResult(f"{RESULT_FILE} is not valid JSON: {exc}") from None
         if last_line.too_long:
@@ -614,6 +616,8 @@ class CommandAgent:
             raise _BadResult(f"the agent's result is larger than 1 MiB ({len(line)} bytes)")
         try:
             return _parse_json(line)
+        except JSONLimitError as exc:
+            raise _BadResult(f"the agent's result (its last line): {exc}") from None
         except ValueError as exc:
             excerpt = line.decode("utf-8", "replace").strip()
             if len(excerpt) > _EXCERPT_CHARS:

@@ -17,7 +17,6 @@ carried, and holds every delivery to them:
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections.abc import Mapping, Sequence
@@ -28,6 +27,7 @@ from pydantic import ValidationError
 
 from ..config import GitHubRule
 from ..domain.errors import FieldProblem, InvalidInput
+from ..domain.limits import parse_json
 from ..domain.models import Task
 from ..domain.states import Action, Request, TaskState
 from ..intake import github, github_payload
@@ -89,7 +89,7 @@ async def receive(
     if not rules:
         return _problem(401, "GitHub intake is not configured: no [[intake.github]] rule")
     try:
-        parsed: Any = json.loads(body)
+        parsed: Any = parse_json(body, nul=False)
     except (ValueError, RecursionError):
         parsed = None
     target = github.target_of(parsed)
