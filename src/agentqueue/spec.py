@@ -29,6 +29,7 @@ from .domain.limits import json_problem, time_problem
 from .domain.models import SOURCES
 from .domain.priority import DEFAULT_PRIORITY, parse_priority
 from .domain.retry import DEFAULT_MAX_RETRIES, P0_MAX_RETRIES
+from .domain.values import NUL, NUL_PROBLEM
 from .tracing import traceparent_problem
 
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
@@ -38,7 +39,10 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,63}$")
 
 
 def check_name(value: str, what: str) -> str:
-    """``value`` if it is a valid name (of a task type, tenant, agent, ...); else ValueError."""
+    """``value`` if it is a valid name (of a task type, tenant, agent, ...); else ValueError
+    (the NUL character is named as it is in every other field)."""
+    if NUL in value:
+        raise ValueError(NUL_PROBLEM)
     if not _NAME.match(value):
         raise ValueError(
             f"{what} must be 1-64 letters, digits or _.:@- starting with a letter or digit"

@@ -98,6 +98,10 @@ def test_a_task_file_over_the_limit_or_binary_is_refused(db_url: str, tmp_path: 
         (["--title", "Fix\x00login"], "title", ""),
         (["--idempotency-key", "k\x00"], "idempotency_key", ""),
         (["--requested-by", "me\x00"], "requested_by", ""),
+        (["--type", "bug\x00fix"], "task_type", ""),
+        (["--tenant", "acme\x00"], "tenant", ""),
+        (["--label", "py\x00"], "labels", ""),
+        (["--assignee", "fixer\x00"], "assignee", ""),
         (["--source", "issue", "--source-id", "o/r#1\x00"], "source_id", ""),
     ],
 )
