@@ -33,6 +33,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from .domain.audit import AuditKey, Keyring
 from .domain.errors import ConfigError, FieldProblem, InvalidInput
 from .domain.guardrails import blow_up_problem
 from .domain.limits import MAX_CONFIG_BYTES, json_problem, read_bounded, utf8_text
@@ -435,6 +436,80 @@ class RetentionSettings(_Section):
         return RetentionPolicy(self.dead_letter_p0_days, self.dead_letter_days)
 
 
+def _read_key(source: str, where: str) -> AuditKey:
+    """The audit key at ``source`` (``file:PATH`` or ``env:NAME``). Errors name the place, never
+    the key."""
+    kind, _, name = source.partition(":")
+    if kind == "file":
+        try:
+            secret = Path(name).expanduser().read_bytes().strip()
+        except OSError as exc:
+            raise ValueError(f"cannot read the key file {name} ({exc.strerror})") from None
+    elif kind == "env":
+        if not _ENV_NAME.match(name):
+            raise ValueError("must name an environment variable")
+        value = os.environ.get(name)
+        if value is None:
+            raise ValueError(f"the environment variable {name} is not set")
+        secret = value.strip().encode()
+    else:
+        raise ValueError(f"{where}: give file:PATH or env:NAME")  # never the value itself
+    if len(secret) < 16:
+        raise ValueError(f"the key at {source} is shorter than 16 bytes")
+    return AuditKey(secret)
+
+
+class AuditSettings(_Section):
+    """Tamper evidence (R24). ``key_file`` or ``key_env`` holds the key every audit hash and
+    anchor is signed with (HMAC-SHA256): keep it outside the database, or someone with the
+    database can re-hash what they change. ``old_keys`` (each ``file:PATH`` or ``env:NAME``)
+    still verify what older keys signed. ``anchor_file`` gets a copy of every anchor (one JSON
+    line each, appended); the scheduler leader anchors once a minute."""
+
+    key_file: Path | None = None
+    key_env: str | None = None
+    old_keys: list[str] = Field(default_factory=list)
+    anchor_file: Path | None = None
+
+    @field_validator("key_file")
+    @classmethod
+    def _key_file(cls, path: Path | None) -> Path | None:
+        if path is not None:
+            _read_key(f"file:{path}", "key_file")  # unreadable or short: fails at load
+        return path
+
+    @field_validator("key_env")
+    @classmethod
+    def _key_env(cls, name: str | None) -> str | None:
+        name = _env_name(name)
+        if name is not None:
+            _read_key(f"env:{name}", "key_env")
+        return name
+
+    @field_validator("old_keys")
+    @classmethod
+    def _old_keys(cls, sources: list[str]) -> list[str]:
+        for source in sources:
+            _read_key(source, "old_keys")
+        return sources
+
+    @model_validator(mode="after")
+    def _one_key(self) -> AuditSettings:
+        if self.key_file is not None and self.key_env is not None:
+            raise ValueError("give key_file or key_env, not both")
+        return self
+
+    def keyring(self) -> Keyring:
+        """The keys as the audit chain uses them (read now from their files or variables)."""
+        current = None
+        if self.key_file is not None:
+            current = _read_key(f"file:{self.key_file}", "key_file")
+        elif self.key_env is not None:
+            current = _read_key(f"env:{self.key_env}", "key_env")
+        old = tuple(_read_key(source, "old_keys") for source in self.old_keys)
+        return Keyring(current, old)
+
+
 class ApiSettings(_Section):
     """The HTTP API (``agentqueue serve`` and ``agentqueue api``)."""
 
@@ -638,6 +713,7 @@ class Settings(BaseSettings):
     intake: IntakeSettings = Field(default_factory=IntakeSettings)
     logging: LoggingSettings = Field(default_factory=LoggingSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+    audit: AuditSettings = Field(default_factory=AuditSettings)
 
     @model_validator(mode="after")
     def _known_rate_limits(self) -> Settings:

@@ -24,6 +24,7 @@ from uuid import UUID
 from .clock import Clock, SystemClock
 from .config import Settings, load_settings
 from .domain.access import TokenRecord, in_scope
+from .domain.audit import Anchor, install_keys
 from .domain.deliveries import DeliveryRecord
 from .domain.errors import InvalidInput
 from .domain.models import Event, LogRecord, Task
@@ -122,6 +123,8 @@ class AsyncQueue:
         if settings is None:
             settings = load_settings(config or os.environ.get("AGENTQUEUE_CONFIG") or None)
         self.url = url or settings.db or DEFAULT_URL
+        # The audit keys of this process (R24), before the store: its connections carry them.
+        install_keys(settings.audit.keyring())
         self.tenant = tenant
         self.actor = actor
         self._rt = Runtime(
@@ -675,6 +678,11 @@ class AsyncQueue:
         """Check every task's audit chain; the report names the first bad event. ``progress``
         is told of each task checked."""
         return await audit.verify(await self._ready(), progress=progress)
+
+    async def anchor_audit(self) -> list[Anchor]:
+        """Number the events not yet in the global sequence and sign an anchor after them,
+        in the database, the ``[audit] anchor_file`` and the log (R24); the anchors made."""
+        return await audit.anchor(await self._ready())
 
     # --- API tokens (R20) -------------------------------------------------------------------
 

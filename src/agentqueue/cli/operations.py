@@ -225,10 +225,18 @@ def schedules_rm(ctx: click.Context, name: str, tenant: str | None, as_json: boo
 @click.command()
 @click.pass_context
 def verify(ctx: click.Context) -> None:
-    """Check every task's audit chain; exit 1 naming the first bad event."""
-    if ctx.find_root().obj["api"] is None and sys.stderr.isatty():
+    """Check every task's audit chain, the global sequence against the signed anchors (and the
+    anchor file), and the append-only triggers; exit 1 naming what does not hold."""
+    if ctx.find_root().obj["api"] is None:
+        tty = sys.stderr.isatty()
 
         async def checked(q: AsyncQueue) -> VerifyReport:
+            from ..service.audit import UNKEYED_WARNING
+
+            if q.settings.audit.key_file is None and q.settings.audit.key_env is None:
+                click.echo(f"warning: {UNKEYED_WARNING}", err=True)
+            if not tty:
+                return await q.verify()
             with progress((await q.stats()).total, "task", "verifying") as step:
                 return await q.verify(progress=step)
 
@@ -238,11 +246,31 @@ def verify(ctx: click.Context) -> None:
     if report.ok:
         click.echo(f"ok: {report.tasks} tasks, {report.events} events, every chain holds")
         return
-    click.echo(f"BROKEN: {report.breaks[0]}", err=True)
-    for extra in report.breaks[1:10]:
-        click.echo(f"  also: {extra}", err=True)
-    click.echo(f"{len(report.breaks)} broken chain(s) in {report.tasks} tasks", err=True)
+    for problem in report.problems:
+        click.echo(f"BROKEN: {problem}", err=True)
+    if report.breaks:
+        click.echo(f"BROKEN: {report.breaks[0]}", err=True)
+        for extra in report.breaks[1:10]:
+            click.echo(f"  also: {extra}", err=True)
+        click.echo(f"{len(report.breaks)} broken chain(s) in {report.tasks} tasks", err=True)
     sys.exit(EXIT_ERROR)
+
+
+@click.group()
+def audit() -> None:
+    """The audit log's anchors (R24)."""
+
+
+@audit.command("anchor")
+@click.pass_context
+def audit_anchor(ctx: click.Context) -> None:
+    """Number the events not yet in the global sequence and sign an anchor after them (also
+    appended to [audit] anchor_file); the scheduler leader does this once a minute."""
+    made = run_db(ctx, lambda q: q.anchor_audit())
+    if not made:
+        click.echo("nothing new to anchor")
+    for anchor in made:
+        click.echo(f"anchor {anchor.id}: {anchor.count} events, {anchor.digest[:16]}...")
 
 
 COMMANDS = (
@@ -253,5 +281,6 @@ COMMANDS = (
     resume,
     schedules,
     verify,
+    audit,
 )
 """The commands this module adds to ``agentqueue``."""

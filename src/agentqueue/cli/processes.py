@@ -113,6 +113,9 @@ def _run_worker(
         fail(str(exc), EXIT_BAD_INPUT)
 
     async def go(queue: AsyncQueue) -> None:
+        from ..service.audit import warn_if_unkeyed
+
+        warn_if_unkeyed()
         if source is not None:
             queue.handlers.update(source.handlers)
             queue.tools.update(source.tools)

@@ -8,6 +8,7 @@ breaks the numbering or the head recorded on the task (``event_seq``, ``last_has
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import re
 from collections.abc import Iterable, Mapping
@@ -43,6 +44,93 @@ def canonical_time(at: datetime) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
+@dataclass(frozen=True)
+class AuditKey:
+    """A key the audit hashes are taken with (HMAC-SHA256). Kept outside the database: whoever
+    holds only the database cannot make a hash that verifies. Never logged, never shown: only
+    its ``key_id`` (the first 8 hex digits of its SHA-256) is written beside each hash."""
+
+    secret: bytes
+
+    def __repr__(self) -> str:
+        return f"AuditKey({self.key_id})"
+
+    @property
+    def key_id(self) -> str:
+        """Names the key in each hash it made, so old events stay verifiable after rotation."""
+        return hashlib.sha256(self.secret).hexdigest()[:8]
+
+    def pads(self) -> tuple[bytes, bytes]:
+        """The HMAC inner and outer padded keys: with them SQL computes the same HMAC from
+        plain SHA-256, ``sha256(opad || sha256(ipad || message))``."""
+        block = self.secret if len(self.secret) <= 64 else hashlib.sha256(self.secret).digest()
+        block = block.ljust(64, b"\0")
+        return bytes(b ^ 0x36 for b in block), bytes(b ^ 0x5C for b in block)
+
+    def setting(self) -> str:
+        """The session setting through which PostgreSQL's ``aq_event_hash`` gets this key:
+        ``<key id>:<ipad hex>:<opad hex>``."""
+        ipad, opad = self.pads()
+        return f"{self.key_id}:{ipad.hex()}:{opad.hex()}"
+
+    def sign(self, material: str) -> str:
+        """``<key id>:<HMAC-SHA256 hex>`` of ``material``."""
+        digest = hmac.new(self.secret, material.encode(), hashlib.sha256).hexdigest()
+        return f"{self.key_id}:{digest}"
+
+
+@dataclass(frozen=True)
+class Keyring:
+    """The key new hashes are made with (None: the plain SHA-256 of before, which anyone with
+    the database can recompute) and older keys that only verify."""
+
+    current: AuditKey | None = None
+    old: tuple[AuditKey, ...] = ()
+
+    def find(self, key_id: str) -> AuditKey | None:
+        """The key named ``key_id``, current or old."""
+        for key in (self.current, *self.old):
+            if key is not None and key.key_id == key_id:
+                return key
+        return None
+
+    def seal(self, material: str) -> str:
+        """The hash of ``material``: keyed with the current key, else plain SHA-256."""
+        if self.current is None:
+            return hashlib.sha256(material.encode()).hexdigest()
+        return self.current.sign(material)
+
+    def check(self, material: str, stored: str, *, plain_ok: bool = False) -> str | None:
+        """None when ``stored`` is the hash of ``material`` under a key of this ring (or plain
+        when no key is configured, or ``plain_ok``); else what is wrong, in words."""
+        key_id, sep, _ = stored.rpartition(":")
+        if not sep:
+            if self.current is not None and not plain_ok:
+                return "hash is not keyed (anyone with the database could have made it)"
+            ok = hmac.compare_digest(hashlib.sha256(material.encode()).hexdigest(), stored)
+            return None if ok else "hash does not match its contents"
+        key = self.find(key_id)
+        if key is None:
+            return f"hash was made with key {key_id[:8]!r}, which is not configured"
+        if not hmac.compare_digest(key.sign(material), stored):
+            return "hash does not match its contents"
+        return None
+
+
+_keys = Keyring()
+
+
+def install_keys(keys: Keyring) -> None:
+    """Make ``keys`` the audit keys of this process (stores and hashes read them)."""
+    global _keys
+    _keys = keys
+
+
+def installed_keys() -> Keyring:
+    """The audit keys of this process (none until :func:`install_keys`)."""
+    return _keys
+
+
 def _field(text: str) -> str:
     return f"{len(text)}:{text}"
 
@@ -72,15 +160,20 @@ def hash_tail(
     )
 
 
+def chain_material(prev_hash: str, task_id: str, tenant: str, seq: int, tail: str) -> str:
+    """What an event's hash is taken over."""
+    return _field(prev_hash) + _field(task_id) + _field(tenant) + _field(str(seq)) + tail
+
+
 def chain_hash(prev_hash: str, task_id: str, tenant: str, seq: int, tail: str) -> str:
-    """The hash of one event (SHA-256, as hex) from the previous hash, its task, its position
-    and its tail (:func:`hash_tail`). The stores compute exactly this in SQL (``aq_event_hash``).
+    """The hash of one event from the previous hash, its task, its position and its tail
+    (:func:`hash_tail`): HMAC-SHA256 with the installed key as ``<key id>:<hex>``, or without
+    a key the plain SHA-256 as hex. The stores compute exactly this in SQL (``aq_event_hash``).
 
     Each field goes in as its length, a colon and its text, so no choice of field contents can
     make two different events hash alike. (This runs for every change: it is kept cheap.)
     """
-    material = _field(prev_hash) + _field(task_id) + _field(tenant) + _field(str(seq)) + tail
-    return hashlib.sha256(material.encode()).hexdigest()
+    return _keys.seal(chain_material(prev_hash, task_id, tenant, seq, tail))
 
 
 def chained_event(
@@ -131,9 +224,28 @@ class StoredEvent:
     reason: str
     data_text: str
     hash: str
+    gseq: int | None = None
+    """Its place in the global sequence of all events, once the anchoring step numbered it."""
+
+    def hash_problem(self, prev_hash: str, keys: Keyring, plain_upto: int = 0) -> str | None:
+        """None when this event's hash holds after ``prev_hash`` under ``keys``; else why not.
+        A plain hash passes under a key only for an event numbered at most ``plain_upto``
+        (anchored before the key came into use)."""
+        tail = hash_tail(
+            self.at,
+            self.from_state,
+            self.to_state,
+            self.action,
+            self.actor,
+            self.reason,
+            self.data_text,
+        )
+        material = chain_material(prev_hash, str(self.task_id), self.tenant, self.seq, tail)
+        plain_ok = self.gseq is not None and self.gseq <= plain_upto
+        return keys.check(material, self.hash, plain_ok=plain_ok)
 
     def expected_hash(self, prev_hash: str) -> str:
-        """The hash this event should carry after ``prev_hash``."""
+        """The hash this event should carry after ``prev_hash`` (with the installed key)."""
         tail = hash_tail(
             self.at,
             self.from_state,
@@ -179,6 +291,8 @@ def check_chain(
     head_state: str | None = None,
     *,
     row_gone: bool = False,
+    keys: Keyring | None = None,
+    plain_upto: int = 0,
 ) -> ChainBreak | None:
     """Check one task's events (in seq order) against each other and the head on the task row.
 
@@ -188,6 +302,7 @@ def check_chain(
     task row no longer exists: that holds only for a chain that ends in a purge. A purge is
     always the last event.
     """
+    ring = _keys if keys is None else keys
     prev = GENESIS
     last_to: str | None = None
     last_action: str | None = None
@@ -200,8 +315,9 @@ def check_chain(
             return ChainBreak(task_id, event.seq, "recorded after the task was purged")
         if tenant is not None and event.tenant != tenant:
             return ChainBreak(task_id, event.seq, "tenant differs from the task's")
-        if event.expected_hash(prev) != event.hash:
-            return ChainBreak(task_id, event.seq, "hash does not match its contents")
+        problem = event.hash_problem(prev, ring, plain_upto)
+        if problem is not None:
+            return ChainBreak(task_id, event.seq, problem)
         prev = event.hash
         last_to = event.to_state
         last_action = event.action
@@ -227,3 +343,102 @@ def check_chain(
 def data_text(data: Mapping[str, Any]) -> str:
     """The stored text of an event's data."""
     return canonical_json(dict(data))
+
+
+ANCHOR_KIND = "anchor"
+"""A record of the global sequence: how many events it numbers and a running hash over them."""
+PURGE_RECORD_KIND = "purge"
+"""A record of a purge: the tasks whose rows retention removed (``data``: their ids)."""
+
+
+def roll(digest: str, event_hash: str) -> str:
+    """The running hash over the global sequence after one more event: every event's hash in
+    its order, so over each chain's head at every point."""
+    return hashlib.sha256((_field(digest) + _field(event_hash)).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Anchor:
+    """A signed record of the audit trail (R24): ``count`` events numbered so far, ``digest``
+    the running hash (:func:`roll`) over them; for a purge record, ``data`` the purged task
+    ids. ``mac`` signs all of it with the key (plain SHA-256 without one)."""
+
+    kind: str
+    at: datetime
+    count: int
+    digest: str
+    data: str
+    mac: str
+    id: int | None = None
+
+    def material(self) -> str:
+        """What ``mac`` is taken over."""
+        fields = (self.kind, str(canonical_time(self.at)), str(self.count), self.digest, self.data)
+        return "".join(_field(f) for f in fields)
+
+    def line(self) -> str:
+        """This anchor as one line of the anchor file (and of the log)."""
+        return canonical_json(
+            {
+                "id": self.id,
+                "kind": self.kind,
+                "at": canonical_time(self.at),
+                "count": self.count,
+                "digest": self.digest,
+                "mac": self.mac,
+            }
+        )
+
+    @property
+    def keyed(self) -> bool:
+        """Signed with a key (not a plain hash)."""
+        return ":" in self.mac
+
+
+def make_anchor(kind: str, at: datetime, count: int, digest: str, data: str) -> Anchor:
+    """An anchor signed with the installed key."""
+    unsigned = Anchor(kind, at, count, digest, data, "")
+    return Anchor(kind, at, count, digest, data, _keys.seal(unsigned.material()))
+
+
+def extend_anchor(last: Anchor | None, hashes: Iterable[str], at: datetime) -> Anchor:
+    """The anchor after ``last`` that numbers ``hashes`` next. Its ``data`` says up to which
+    number plain (unkeyed) hashes were there before a key was used: carried over from anchor
+    to anchor, set by the first keyed one."""
+    count = 0 if last is None else last.count
+    digest = GENESIS if last is None else last.digest
+    for h in hashes:
+        digest = roll(digest, h)
+        count += 1
+    plain_upto = plain_numbered(last)
+    if (last is None or not last.keyed) and _keys.current is not None:
+        # The first keyed anchor: what it numbers was written before the key (or with it).
+        plain_upto = count
+    return make_anchor(ANCHOR_KIND, at, count, digest, canonical_json({"plain_upto": plain_upto}))
+
+
+def plain_numbered(anchor: Anchor | None) -> int:
+    """Up to which number events may carry plain hashes, as ``anchor`` records it."""
+    if anchor is None or anchor.kind != ANCHOR_KIND:
+        return 0
+    try:
+        value = json.loads(anchor.data).get("plain_upto", 0)
+    except (ValueError, AttributeError):
+        return 0
+    return value if isinstance(value, int) else 0
+
+
+def purge_record(at: datetime, task_ids: Iterable[UUID]) -> Anchor:
+    """The signed record of a purge of ``task_ids``."""
+    ids = sorted(str(t) for t in task_ids)
+    return make_anchor(PURGE_RECORD_KIND, at, len(ids), GENESIS, canonical_json(ids))
+
+
+def purged_ids(record: Anchor) -> set[UUID]:
+    """The task ids a purge record names (none if it is not one)."""
+    if record.kind != PURGE_RECORD_KIND:
+        return set()
+    try:
+        return {UUID(t) for t in json.loads(record.data)}
+    except (ValueError, TypeError):
+        return set()

@@ -9,6 +9,7 @@ event).
 
 from __future__ import annotations
 
+from ..domain.audit import purge_record
 from ..domain.retention import purge_due, purge_event
 from ..service.records import ADMITTER
 from ..service.runtime import Runtime
@@ -33,4 +34,8 @@ async def purge_expired_dead_letters(rt: Runtime, limit: int = 500) -> int:
             if purge_due(task, now, policy)
         ]
         purged = await tx.purge(items)
+        if purged:
+            # Signed with the audit key in the same transaction (R24): a purge event written
+            # by someone without the key is not named in any such record.
+            await tx.record_audit(purge_record(now, purged))
     return len(purged)

@@ -12,6 +12,7 @@ from uuid import UUID
 
 from ..domain.models import Task
 from ..domain.states import Action, Request, bulk_event
+from ..service.audit import anchor as anchor_audit
 from ..service.records import ADMITTER, decide_and_apply, retry_due
 from ..service.runtime import Runtime
 from ..service.schedules import fire_due_schedules
@@ -109,8 +110,11 @@ async def tick(rt: Runtime, *, admit_first: bool = False) -> TickReport:
 PERIODIC_STEPS: list[tuple[Callable[[Runtime], Awaitable[object]], float | None]] = [
     (fire_due_schedules, None),
     (purge_expired_dead_letters, 60.0),
+    (anchor_audit, 60.0),
 ]
 """Steps the leader runs on a timer rather than on every wake-up (nothing waits on them by the
 millisecond), each with its interval in seconds (None: every ``tick_secs``): cron and retention
-(counted in days, so once a minute is plenty). Deliveries (alerts among them) are sent by the
+(counted in days, so once a minute is plenty), and the audit anchors (R24: what is not yet
+anchored, a minute's events at most, is what someone with the database could still remove
+unseen). Deliveries (alerts among them) are sent by the
 deliverer every worker, ``serve`` and scheduler process runs (agentqueue.delivery)."""

@@ -1,12 +1,29 @@
-"""Verifying the audit log (R3): every task's chain, against itself and the task row."""
+"""Verifying the audit log (R3, R24): every task's chain, against itself and the task row; the
+global sequence against the signed anchors (and the anchor file outside the database); the
+append-only triggers; and the anchoring step that numbers events and signs anchors."""
 
 from __future__ import annotations
 
+import json
+import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
+from uuid import UUID
 
-from ..domain.audit import ChainBreak, StoredEvent, check_chain
+from ..domain.audit import (
+    ANCHOR_KIND,
+    GENESIS,
+    Anchor,
+    ChainBreak,
+    StoredEvent,
+    check_chain,
+    installed_keys,
+    plain_numbered,
+    purged_ids,
+    roll,
+)
 from ..domain.models import Event, Task
 from .runtime import Runtime
 
@@ -22,11 +39,14 @@ class VerifyReport:
     breaks: list[ChainBreak] = field(default_factory=list)
     purged: int = 0
     """Chains checked whose task row retention purged (their events stay; not in ``tasks``)."""
+    problems: list[str] = field(default_factory=list)
+    """What does not hold beyond single chains: the global sequence, the anchors, the anchor
+    file, the append-only triggers."""
 
     @property
     def ok(self) -> bool:
-        """True when every chain holds."""
-        return not self.breaks
+        """True when every chain holds and nothing else is wrong."""
+        return not self.breaks and not self.problems
 
     def to_json(self) -> dict[str, Any]:
         """As the API answers ``verify``: each break in words."""
@@ -36,6 +56,7 @@ class VerifyReport:
             "events": self.events,
             "purged": self.purged,
             "breaks": [str(b) for b in self.breaks],
+            "problems": list(self.problems),
         }
 
     @classmethod
@@ -46,6 +67,7 @@ class VerifyReport:
             int(data["events"]),
             [ChainBreak.from_text(b) for b in data.get("breaks") or ()],
             int(data.get("purged", 0)),
+            [str(p) for p in data.get("problems") or ()],
         )
 
 
@@ -56,17 +78,51 @@ async def _next(it: AsyncIterator[T]) -> T | None:
         return None
 
 
+anchor_log = logging.getLogger("agentqueue.audit")
+
+UNKEYED_WARNING = (
+    "no audit key ([audit] key_file or key_env): audit hashes are plain SHA-256, which "
+    "anyone who can write to the database can recompute over what they changed"
+)
+
+
+def warn_if_unkeyed() -> bool:
+    """Log a warning when no audit key is configured; True if it did."""
+    if installed_keys().current is None:
+        anchor_log.warning(UNKEYED_WARNING)
+        return True
+    return False
+
+
 async def verify(
     rt: Runtime, max_breaks: int = 100, progress: Callable[[int], None] | None = None
 ) -> VerifyReport:
-    """Walk every task head and every event in one snapshot, merging the two by task id.
+    """Walk every task head and every event in one snapshot, merging the two by task id; then
+    the global sequence against the anchors, the anchor file and the append-only triggers.
 
-    A chain without a task row holds only if it ends in a purge (R8 retention). ``progress``
-    is told of each task checked (``progress(1)``).
+    A chain without a task row holds only if it ends in a purge (R8 retention) that a signed
+    purge record names. ``progress`` is told of each task checked (``progress(1)``).
     """
+    keys = installed_keys()
     tasks = events = purged = 0
     breaks: list[ChainBreak] = []
+    problems: list[str] = []
     async with rt.store.audit_snapshot() as snap:
+        guards = [g async for g in snap.guards]
+        anchors = [a async for a in snap.anchors]
+        valid: list[Anchor] = []
+        for anchor in anchors:
+            problem = keys.check(anchor.material(), anchor.mac)
+            if problem is not None:
+                problems.append(f"audit record {anchor.id} ({anchor.kind}): {problem}")
+            else:
+                valid.append(anchor)
+        chain_anchors = [a for a in valid if a.kind == ANCHOR_KIND]
+        latest = chain_anchors[-1] if chain_anchors else None
+        plain_upto = plain_numbered(latest)
+        recorded_purges: set[UUID] = set()
+        for record in valid:
+            recorded_purges |= purged_ids(record)
         head = await _next(snap.heads)
         event = await _next(snap.events)
         while (head is not None or event is not None) and len(breaks) < max_breaks:
@@ -87,17 +143,125 @@ async def verify(
                 if head is not None and head.task_id == task_id:
                     tasks += 1
                     found = check_chain(
-                        task_id, group, head.event_seq, head.last_hash, head.tenant, head.state
+                        task_id,
+                        group,
+                        head.event_seq,
+                        head.last_hash,
+                        head.tenant,
+                        head.state,
+                        keys=keys,
+                        plain_upto=plain_upto,
                     )
                     head = await _next(snap.heads)
                 else:
-                    found = check_chain(task_id, group, None, None, row_gone=True)
+                    found = check_chain(
+                        task_id, group, None, None, row_gone=True, keys=keys, plain_upto=plain_upto
+                    )
+                    if found is None and task_id not in recorded_purges:
+                        found = ChainBreak(
+                            task_id, group[-1].seq, "purged, but no signed purge record names it"
+                        )
                     purged += found is None
             if found is not None:
                 breaks.append(found)
             if progress is not None:
                 progress(1)
-    return VerifyReport(tasks, events, breaks, purged)
+        problems += await _sequence_problems(snap.numbered, chain_anchors)
+    problems += _guard_problems(guards)
+    problems += _file_problems(rt.settings.audit.anchor_file, chain_anchors)
+    return VerifyReport(tasks, events, breaks, purged, problems)
+
+
+async def _sequence_problems(
+    numbered: AsyncIterator[tuple[int, str]], anchors: Sequence[Anchor]
+) -> list[str]:
+    """The global sequence must run 1, 2, 3... without a gap, and the running hash over it
+    must be what each anchor signed at its count."""
+    at_count = {a.count: a for a in anchors}
+    digest = GENESIS
+    expected = 1
+    async for number, event_hash in numbered:
+        if number != expected:
+            return [f"global sequence: event #{expected} is missing (found #{number} next)"]
+        digest = roll(digest, event_hash)
+        anchor = at_count.get(number)
+        if anchor is not None and anchor.digest != digest:
+            return [
+                f"global sequence: events #1..#{number} are not those anchor {anchor.id} "
+                "signed (an event was replaced or removed)"
+            ]
+        expected += 1
+    last = expected - 1
+    if anchors and anchors[-1].count > last:
+        a = anchors[-1]
+        return [
+            f"global sequence: anchor {a.id} counts {a.count} events, only {last} are there "
+            "(events were deleted)"
+        ]
+    return []
+
+
+def _guard_problems(guards: Sequence[tuple[str, bool]]) -> list[str]:
+    return [
+        f"append-only trigger {name} is missing or disabled: the audit tables can be rewritten"
+        for name, fires in guards
+        if not fires
+    ]
+
+
+def _file_problems(path: Path | None, anchors: Sequence[Anchor]) -> list[str]:
+    """The anchor file's last line must be an anchor of the database, unchanged. (The
+    database may have newer ones: a process may have committed its anchor and not yet written
+    its line.)"""
+    if path is None:
+        return []
+    try:
+        lines = [line for line in path.read_text().splitlines() if line.strip()]
+    except FileNotFoundError:
+        lines = []
+    except OSError as exc:
+        return [f"anchor file {path}: cannot read ({exc.strerror})"]
+    if not lines:
+        return []
+    try:
+        last = json.loads(lines[-1])
+        last_id, count = last["id"], last["count"]
+    except (ValueError, TypeError, KeyError):
+        return [f"anchor file {path}: its last line is not an anchor"]
+    stored = {a.id: a for a in anchors}.get(last_id)
+    if stored is None:
+        return [
+            f"anchor {last_id} of the anchor file ({count} events) is not in the database "
+            "(anchors were deleted, or forged ones did not verify)"
+        ]
+    if last != json.loads(stored.line()):
+        return [
+            f"anchor {last_id} of the anchor file ({count} events) differs from anchor "
+            f"{stored.id} in the database ({stored.count} events)"
+        ]
+    return []
+
+
+async def anchor(rt: Runtime, limit: int = 100_000) -> list[Anchor]:
+    """Number the events not yet in the global sequence and sign an anchor after them (in
+    steps of ``limit``), writing each to the anchor file and the log too; the anchors made."""
+    made: list[Anchor] = []
+    while True:
+        new = await rt.store.anchor_audit(rt.clock.now(), limit)
+        if new is None:
+            return made
+        write_anchor_line(rt.settings.audit.anchor_file, new)
+        made.append(new)
+
+
+def write_anchor_line(path: Path | None, anchor: Anchor) -> None:
+    """Append the anchor to the anchor file (opened for appending only) and log it."""
+    line = anchor.line()
+    anchor_log.info("audit anchor %s", line)
+    if path is not None:
+        with path.open("a") as f:
+            f.write(line + "\n")
+            f.flush()
 
 
 def verify_task(task: Task, events: Sequence[Event]) -> ChainBreak | None:

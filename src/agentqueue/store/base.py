@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from uuid import UUID
 
 from ..domain.access import TokenRecord
-from ..domain.audit import StoredEvent
+from ..domain.audit import Anchor, StoredEvent
 from ..domain.deliveries import Delivery, DeliveryRecord
 from ..domain.models import Event, LogRecord, Task
 from ..domain.schedule import Schedule
@@ -102,10 +102,17 @@ class Lease:
 
 @dataclass(frozen=True)
 class AuditSnapshot:
-    """Two ordered streams over one snapshot: task heads by id, events by (task id, seq)."""
+    """Ordered streams over one snapshot: task heads by id, events by (task id, seq), the
+    numbered events by their global number, the anchors oldest first, and the append-only
+    guards of the audit tables."""
 
     heads: AsyncIterator[TaskHead]
     events: AsyncIterator[StoredEvent]
+    numbered: AsyncIterator[tuple[int, str]]
+    """(global number, hash) of each numbered event, in order."""
+    anchors: AsyncIterator[Anchor]
+    guards: AsyncIterator[tuple[str, bool]]
+    """(trigger name, whether it is there and fires) for each append-only trigger expected."""
 
 
 @dataclass(frozen=True)
@@ -582,6 +589,10 @@ class RetentionTx(Protocol):
         event (its other events stay); return the ids purged."""
         ...
 
+    async def record_audit(self, record: Anchor) -> int:
+        """Append a signed audit record (a purge record); return its id."""
+        ...
+
 
 class IntakeTx(Protocol):
     """What a webhook delivery does in its one transaction (R18)."""
@@ -807,6 +818,12 @@ class AuditReader(Protocol):
 
     def audit_snapshot(self) -> AbstractAsyncContextManager[AuditSnapshot]:
         """Every task head and every event, read from one consistent snapshot."""
+        ...
+
+    async def anchor_audit(self, at: datetime, limit: int) -> Anchor | None:
+        """Number up to ``limit`` events not yet in the global sequence (oldest first) and
+        record the anchor after them (domain.audit.extend_anchor), one process at a time;
+        None when no event was waiting."""
         ...
 
 

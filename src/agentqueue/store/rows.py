@@ -15,7 +15,7 @@ from typing import Any, Protocol, TypeVar
 from uuid import UUID
 
 from ..domain.access import Role
-from ..domain.audit import StoredEvent, data_text
+from ..domain.audit import Anchor, StoredEvent, data_text
 from ..domain.deliveries import Delivery, DeliveryAttempt, DeliveryRecord
 from ..domain.models import Event, LogRecord, Task
 from ..domain.schedule import CatchUp
@@ -242,6 +242,32 @@ def stored_event_from_row(row: Row, codec: Codec) -> StoredEvent:
         from_state=row["from_state"],
         to_state=row["to_state"],
         data_text=row["data"],
+        gseq=row["gseq"],
+    )
+
+
+def anchor_params(anchor: Anchor) -> dict[str, Any]:
+    """The columns of an anchor to store (``at`` still a datetime: through the codec)."""
+    return {
+        "kind": anchor.kind,
+        "at": anchor.at,
+        "count": anchor.count,
+        "digest": anchor.digest,
+        "data": anchor.data,
+        "mac": anchor.mac,
+    }
+
+
+def anchor_from_row(row: Row, codec: Codec) -> Anchor:
+    """An anchor or purge record as stored."""
+    return Anchor(
+        kind=row["kind"],
+        at=codec.at(row["at"]),
+        count=int(row["count"]),
+        digest=row["digest"],
+        data=row["data"],
+        mac=row["mac"],
+        id=int(row["id"]),
     )
 
 

@@ -17,7 +17,7 @@ from typing import Any
 from uuid import UUID
 
 from ..domain.access import TokenRecord
-from ..domain.audit import StoredEvent
+from ..domain.audit import Anchor, StoredEvent, extend_anchor
 from ..domain.deliveries import DeliveryRecord
 from ..domain.models import Event, LogRecord, Task
 from ..domain.priority import order_key
@@ -51,6 +51,8 @@ from .dialect import Dialect
 from .migrate import latest_version, refuse_newer, run_migrations
 from .rows import (
     Row,
+    anchor_from_row,
+    anchor_params,
     delivery_attempt_from_row,
     delivery_record_from_row,
     dump,
@@ -395,7 +397,14 @@ class SQLStore(QueryOps):
     async def audit_snapshot(self) -> AsyncIterator[AuditSnapshot]:
         """Task heads and events from one snapshot."""
         codec = self.codec
-        async with self._d.snapshot("task_heads", "all_events") as (head_rows, event_rows_):
+        queries = ("task_heads", "all_events", "event_numbers", "audit_anchors", "audit_guards")
+        async with self._d.snapshot(*queries) as (
+            head_rows,
+            event_rows_,
+            number_rows,
+            anchor_rows,
+            guard_rows,
+        ):
 
             async def heads() -> AsyncIterator[TaskHead]:
                 async for row in head_rows:
@@ -405,7 +414,40 @@ class SQLStore(QueryOps):
                 async for row in event_rows_:
                     yield stored_event_from_row(row, codec)
 
-            yield AuditSnapshot(heads(), events())
+            async def numbered() -> AsyncIterator[tuple[int, str]]:
+                async for row in number_rows:
+                    yield int(row["gseq"]), row["hash"]
+
+            async def anchors() -> AsyncIterator[Anchor]:
+                async for row in anchor_rows:
+                    yield anchor_from_row(row, codec)
+
+            async def guards() -> AsyncIterator[tuple[str, bool]]:
+                async for row in guard_rows:
+                    yield row["name"], row["enabled"] in ("O", "A")
+
+            yield AuditSnapshot(heads(), events(), numbered(), anchors(), guards())
+
+    async def anchor_audit(self, at: datetime, limit: int) -> Anchor | None:
+        """Under the anchoring lock: read the last anchor and the events waiting, number them
+        in one statement and record the anchor after them."""
+        codec = self.codec
+        async with self._d.transaction() as s:
+            await s.fetch("lock_anchoring", {})
+            last_rows = await s.fetch("last_anchor", {})
+            last = anchor_from_row(last_rows[0], codec) if last_rows else None
+            waiting = await s.fetch("unnumbered_events", {"limit": limit})
+            if not waiting:
+                return None
+            base = 0 if last is None else last.count
+            numbers = [
+                {"task_id": str(codec.uuid(r["task_id"])), "seq": r["seq"], "gseq": base + i}
+                for i, r in enumerate(waiting, 1)
+            ]
+            await s.execute("number_events", {"rows": dump(numbers)})
+            anchor = extend_anchor(last, [r["hash"] for r in waiting], at)
+            found = await s.fetch("add_anchor", self._p(**anchor_params(anchor)))
+            return replace(anchor, id=int(found[0]["id"]))
 
     # --- leadership and pausing ---------------------------------------------------------------
 

@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID, uuid4
 
+from ..domain.audit import Anchor
 from ..domain.deliveries import Delivery
 from ..domain.models import LogRecord, Task
 from ..domain.priority import order_key
@@ -28,6 +29,7 @@ from .base import (
 from .dialect import Dialect, Session
 from .rows import (
     Codec,
+    anchor_params,
     bucket_rows,
     change_rows,
     delivery_rows,
@@ -282,6 +284,11 @@ class SQLTx(QueryOps):
         events = dump(event_rows([p.event for p in items], self.codec))
         found = await self._s.fetch("purge", {"rows": rows, "events": events})
         return {self.codec.uuid(row["id"]) for row in found}
+
+    async def record_audit(self, record: Anchor) -> int:
+        """One insert."""
+        found = await self._s.fetch("add_anchor", self._p(**anchor_params(record)))
+        return int(found[0]["id"])
 
     # --- GitHub intake (R18) --------------------------------------------------------------
 

@@ -3,6 +3,9 @@ order verification walks them."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from agentqueue.domain.audit import ANCHOR_KIND, GENESIS, purge_record, purged_ids, roll
 from agentqueue.service.runtime import Runtime
 from agentqueue.store import Store
 
@@ -56,3 +59,57 @@ async def test_audit_snapshot_of_an_empty_store_is_empty(store: Store) -> None:
     async with store.audit_snapshot() as snap:
         assert [h async for h in snap.heads] == []
         assert [e async for e in snap.events] == []
+
+
+async def test_anchor_audit_numbers_waiting_events_in_order_and_signs_after_them(
+    store: Store, rt: Runtime
+) -> None:
+    """anchor_audit gives the events not yet numbered the next global numbers (1, 2, ...
+    without a gap, oldest first, at most ``limit`` a step), records an anchor whose count and
+    running hash cover them, and returns None when nothing waits."""
+    first = await claimed(rt)
+    now = rt.clock.now()
+    one = await store.anchor_audit(now, 2)
+    assert one is not None and one.count == 2 and one.kind == ANCHOR_KIND and one.id is not None
+    two = await store.anchor_audit(now, 100)
+    assert two is not None and two.count == first.event_seq and two.id > one.id
+    assert await store.anchor_audit(now, 100) is None
+    await insert(rt)
+    three = await store.anchor_audit(now, 100)
+    assert three is not None and three.count == first.event_seq + 1
+    async with store.audit_snapshot() as snap:
+        numbered = [n async for n in snap.numbered]
+        anchors = [a async for a in snap.anchors]
+        events = [e async for e in snap.events]
+    assert [n for n, _ in numbered] == list(range(1, three.count + 1))
+    digest = GENESIS
+    for _, h in numbered:
+        digest = roll(digest, h)
+    assert digest == three.digest
+    assert [a.id for a in anchors] == [one.id, two.id, three.id]
+    assert anchors[-1] == three
+    assert sorted(e.gseq or 0 for e in events) == list(range(1, three.count + 1))
+
+
+async def test_record_audit_appends_a_signed_record_read_back_as_written(
+    store: Store, rt: Runtime
+) -> None:
+    """record_audit (in a transaction) stores a purge record; the snapshot reads it back
+    field for field, after the anchors written before it."""
+    task = await insert(rt)
+    record = purge_record(rt.clock.now(), [task.id])
+    async with store.transaction() as tx:
+        record_id = await tx.record_audit(record)
+    async with store.audit_snapshot() as snap:
+        [stored] = [a async for a in snap.anchors]
+    assert stored == replace(record, id=record_id)
+    assert purged_ids(stored) == {task.id}
+
+
+async def test_audit_snapshot_reports_every_append_only_trigger_as_firing(store: Store) -> None:
+    """On a migrated store every expected append-only trigger of the audit tables is there
+    and fires."""
+    async with store.audit_snapshot() as snap:
+        guards = [g async for g in snap.guards]
+    assert len(guards) == 4
+    assert all(fires for _, fires in guards), guards

@@ -12,6 +12,7 @@ from psycopg import sql
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
+from ...domain.audit import installed_keys
 from ...domain.errors import StoreUnavailable
 from ..base import Notice
 from ..errors import from_postgres
@@ -107,7 +108,7 @@ class PostgresDialect:
             min_size=self._sizes[0],
             max_size=self._sizes[1],
             open=False,
-            kwargs={"row_factory": dict_row, "autocommit": True, "options": "-c TimeZone=UTC"},
+            kwargs={"row_factory": dict_row, "autocommit": True, "options": _options()},
             name="agentqueue",
             # While the server is away, each reconnection attempt backs off (1, 2, 4, 8 s...):
             # after a long outage the pool would find the server back only many seconds late.
@@ -259,6 +260,17 @@ class PostgresDialect:
                 Q["record_version"], {"version": migration.version, "name": migration.name}
             )
             return True
+
+
+def _options() -> str:
+    """Each connection's start-up settings: UTC, and the audit key of this process (R24) as
+    ``aq_event_hash`` reads it. A start-up option, not a statement, so it is in no statement
+    log."""
+    options = "-c TimeZone=UTC"
+    key = installed_keys().current
+    if key is not None:
+        options += f" -c agentqueue.audit_key={key.setting()}"
+    return options
 
 
 def postgres_store(url: str, *, min_size: int = 1, max_size: int = 10) -> SQLStore:

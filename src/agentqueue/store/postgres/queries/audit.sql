@@ -7,5 +7,49 @@ SELECT id, tenant, event_seq, last_hash, state FROM aq_tasks ORDER BY id
 -- name: all_events
 -- Every event, by task and position, data as stored text.
 SELECT task_id, seq, tenant, at, from_state, to_state, action, actor, reason, data::text AS data,
-       hash
+       hash, gseq
 FROM aq_events ORDER BY task_id, seq
+
+-- name: event_numbers
+-- Every numbered event, by its place in the global sequence (R24).
+SELECT gseq, task_id, seq, hash FROM aq_events WHERE gseq IS NOT NULL ORDER BY gseq
+
+-- name: audit_anchors
+-- Every anchor and purge record, oldest first.
+SELECT id, kind, at, count, digest, data, mac FROM aq_audit_anchors ORDER BY id
+
+-- name: audit_guards
+-- Each append-only trigger of the audit tables and its state ('O' or 'A' fire; 'D' disabled,
+-- 'R' only on replicas; none: dropped).
+SELECT x.name, t.tgenabled::text AS enabled
+FROM (VALUES ('aq_events_no_update'), ('aq_events_no_truncate'),
+             ('aq_audit_anchors_no_update'), ('aq_audit_anchors_no_truncate')) AS x(name)
+LEFT JOIN pg_trigger t ON t.tgname = x.name AND NOT t.tgisinternal
+    AND t.tgrelid IN ('aq_events'::regclass, 'aq_audit_anchors'::regclass)
+ORDER BY x.name
+
+-- name: lock_anchoring
+-- One anchoring step at a time (a transaction-scoped advisory lock).
+SELECT pg_advisory_xact_lock(2024112401)
+
+-- name: unnumbered_events
+-- The events not yet in the global sequence, in the order they are numbered.
+SELECT task_id, seq, hash FROM aq_events WHERE gseq IS NULL ORDER BY at, task_id, seq
+LIMIT %(limit)s
+
+-- name: last_anchor
+-- The newest anchor (kind 'anchor').
+SELECT id, kind, at, count, digest, data, mac FROM aq_audit_anchors WHERE kind = 'anchor'
+ORDER BY id DESC LIMIT 1
+
+-- name: number_events
+-- Give events their global numbers.
+UPDATE aq_events e SET gseq = v.gseq
+FROM json_to_recordset(%(rows)s::json) AS v(task_id uuid, seq integer, gseq bigint)
+WHERE e.task_id = v.task_id AND e.seq = v.seq AND e.gseq IS NULL
+
+-- name: add_anchor
+-- Record an anchor or a purge record.
+INSERT INTO aq_audit_anchors (kind, at, count, digest, data, mac)
+VALUES (%(kind)s, %(at)s, %(count)s, %(digest)s, %(data)s, %(mac)s)
+RETURNING id
