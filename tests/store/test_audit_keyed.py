@@ -138,6 +138,13 @@ async def forge_last_event(queue: AsyncQueue, raw: Raw, task_id: UUID) -> None:
         bypass=True,
     )
     raw.execute("UPDATE aq_tasks SET last_hash = ? WHERE id = ?", (forged, task_id), bypass=True)
+    # The row's signature would no longer match the new hash: drop it (unsigned rows pass
+    # where no key is configured).
+    raw.execute(
+        "UPDATE aq_events SET row_mac = NULL WHERE task_id = ? AND seq = ?",
+        (task_id, last.seq),
+        bypass=True,
+    )
 
 
 def problems_about(report: VerifyReport, words: str) -> list[str]:
@@ -191,15 +198,19 @@ async def test_a_whole_task_deleted_with_its_events_is_caught_by_the_global_sequ
 async def test_a_cut_tail_with_the_head_recomputed_is_caught_by_the_global_sequence(
     queue: AsyncQueue, clock: ManualClock, raw: Raw
 ) -> None:
+    """The completion of a task cut off, and its row put back exactly as the claim left it
+    (which the claim event signed): every chain and row holds; the sequence does not."""
     tasks = await activity(queue, clock)
     assert await queue.anchor_audit()
-    victim = tasks[1].id
+    victim = next(t for t in tasks if t.title == "t0").id
     events = await queue.events(victim)
     kept = events[-2]
+    assert kept.action == "claim"
     raw.execute("DELETE FROM aq_events WHERE task_id = ? AND seq = 4", (victim,), bypass=True)
     raw.execute(
-        "UPDATE aq_tasks SET event_seq = 3, last_hash = ?, state = ? WHERE id = ?",
-        (kept.hash, kept.to_state.value, victim),
+        "UPDATE aq_tasks SET event_seq = 3, last_hash = ?, state = 'executing', result = NULL,"
+        " assigned_to = 'worker-1' WHERE id = ?",
+        (kept.hash, victim),
         bypass=True,
     )
     report = await queue.verify()
@@ -344,3 +355,44 @@ async def test_a_key_rotation_keeps_old_events_verifiable(
         assert all("not configured" in b.problem for b in report.breaks)
     finally:
         await forgotten.close()
+
+
+ROW_EDITS = {
+    "result": ("result", '{"done": "forged"}'),
+    "payload": ("payload", '{"n": 99}'),
+    "priority": ("priority", 0),
+    "approved_by": ("approved_by", "mallory"),
+}
+
+
+@pytest.mark.parametrize("edit", sorted(ROW_EDITS))
+async def test_an_edited_task_row_is_caught_at_its_last_event(
+    queue: AsyncQueue, clock: ManualClock, raw: Raw, edit: str
+) -> None:
+    """The row's result, payload, priority or approved_by changed in the database (no event:
+    the chain itself still holds) no longer matches what its last event signed."""
+    tasks = await activity(queue, clock)
+    victim = next(t for t in tasks if t.title == "t0")  # completed, with a result
+    column, value = ROW_EDITS[edit]
+    changed = raw.execute(f"UPDATE aq_tasks SET {column} = ? WHERE id = ?", (value, victim.id))
+    assert changed == 1
+    report = await queue.verify()
+    [brk] = report.breaks
+    assert (brk.task_id, brk.seq) == (victim.id, 4)
+    assert "differ from those its last event signed" in brk.problem
+
+
+async def test_row_fields_are_signed_by_events_written_on_every_path(
+    queue: AsyncQueue, clock: ManualClock, raw: Raw
+) -> None:
+    """Submit, admit, claim, complete and fail (the set-wise SQL and the Python paths) each
+    leave the row signed: a fresh verify holds, and the head event carries a row_mac."""
+    tasks = await activity(queue, clock)
+    for task in tasks:
+        mac = raw.scalar("SELECT row_mac FROM aq_events WHERE task_id = ? AND seq = 4", (task.id,))
+        assert mac and mac.startswith(hashlib.sha256(KEY.encode()).hexdigest()[:8] + ":")
+    pending = (await queue.submit(title="just submitted", task_type="bugfix")).task
+    assert (await queue.verify()).ok
+    raw.execute("UPDATE aq_tasks SET priority = 0 WHERE id = ?", (pending.id,))
+    [brk] = (await queue.verify()).breaks
+    assert (brk.task_id, brk.seq) == (pending.id, 1)

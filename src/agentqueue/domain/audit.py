@@ -210,6 +210,54 @@ def chained_event(
 
 
 @dataclass(frozen=True)
+class RowFields:
+    """The fields of a task row its head event signs (R24): those that change only together
+    with an event. ``payload`` and ``result`` are the row's JSON as the database gives it as
+    text (so each store checks its own form)."""
+
+    state: str
+    priority: int
+    payload: str
+    result: str | None
+    assigned_to: str | None
+    approved_by: str | None
+    retry_count: int
+
+    def material(self, event_hash: str) -> str:
+        """What ``row_mac`` is taken over, with the head event's hash."""
+
+        def maybe(value: str | None) -> str:
+            return "~" if value is None else _field(value)
+
+        return (
+            _field(event_hash)
+            + _field(self.state)
+            + _field(str(self.priority))
+            + _field(self.payload)
+            + maybe(self.result)
+            + maybe(self.assigned_to)
+            + maybe(self.approved_by)
+            + _field(str(self.retry_count))
+        )
+
+
+def row_mac(
+    event_hash: str,
+    state: str,
+    priority: int,
+    payload: str,
+    result: str | None,
+    assigned_to: str | None,
+    approved_by: str | None,
+    retry_count: int,
+) -> str:
+    """The keyed hash binding a task row's fields to its head event (SQLite's ``aq_row_mac``;
+    PostgreSQL computes the same in SQL)."""
+    fields = RowFields(state, priority, payload, result, assigned_to, approved_by, retry_count)
+    return _keys.seal(fields.material(event_hash))
+
+
+@dataclass(frozen=True)
 class StoredEvent:
     """An event row exactly as read back for verification (``data_text`` as stored)."""
 
@@ -226,6 +274,23 @@ class StoredEvent:
     hash: str
     gseq: int | None = None
     """Its place in the global sequence of all events, once the anchoring step numbered it."""
+    row_mac: str | None = None
+    """For the head event: the keyed hash over its hash and its task row's fields."""
+
+    def row_problem(self, row: RowFields, keys: Keyring, plain_upto: int = 0) -> str | None:
+        """None when ``row`` is the row this (head) event signed; else why not."""
+        plain_ok = self.gseq is not None and self.gseq <= plain_upto
+        if self.row_mac is None:
+            if keys.current is None or plain_ok:
+                return None
+            return "the task row's fields are not signed by its last event"
+        problem = keys.check(row.material(self.hash), self.row_mac, plain_ok=plain_ok)
+        if problem == "hash does not match its contents":
+            return (
+                "the task row's fields (state, priority, payload, result, assignee, "
+                "approved_by, retry_count) differ from those its last event signed"
+            )
+        return None if problem is None else f"task row: {problem}"
 
     def hash_problem(self, prev_hash: str, keys: Keyring, plain_upto: int = 0) -> str | None:
         """None when this event's hash holds after ``prev_hash`` under ``keys``; else why not.

@@ -152,6 +152,10 @@ async def verify(
                         keys=keys,
                         plain_upto=plain_upto,
                     )
+                    if found is None and head.row is not None:
+                        problem = group[-1].row_problem(head.row, keys, plain_upto)
+                        if problem is not None:
+                            found = ChainBreak(task_id, group[-1].seq, problem)
                     head = await _next(snap.heads)
                 else:
                     found = check_chain(

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from uuid import UUID
 
 from ..domain.access import TokenRecord
-from ..domain.audit import Anchor, StoredEvent
+from ..domain.audit import Anchor, RowFields, StoredEvent
 from ..domain.deliveries import Delivery, DeliveryRecord
 from ..domain.models import Event, LogRecord, Task
 from ..domain.schedule import Schedule
@@ -90,6 +90,8 @@ class TaskHead:
     event_seq: int
     last_hash: str
     state: str
+    row: RowFields | None = None
+    """The fields its head event signs (R24)."""
 
 
 @dataclass(frozen=True)

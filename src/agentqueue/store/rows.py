@@ -15,7 +15,7 @@ from typing import Any, Protocol, TypeVar
 from uuid import UUID
 
 from ..domain.access import Role
-from ..domain.audit import Anchor, StoredEvent, data_text
+from ..domain.audit import Anchor, RowFields, StoredEvent, data_text
 from ..domain.deliveries import Delivery, DeliveryAttempt, DeliveryRecord
 from ..domain.models import Event, LogRecord, Task
 from ..domain.schedule import CatchUp
@@ -243,6 +243,7 @@ def stored_event_from_row(row: Row, codec: Codec) -> StoredEvent:
         to_state=row["to_state"],
         data_text=row["data"],
         gseq=row["gseq"],
+        row_mac=row["row_mac"],
     )
 
 
@@ -274,7 +275,20 @@ def anchor_from_row(row: Row, codec: Codec) -> Anchor:
 def task_head_from_row(row: Row, codec: Codec) -> TaskHead:
     """The audit head recorded on a task row."""
     return TaskHead(
-        codec.uuid(row["id"]), row["tenant"], row["event_seq"], row["last_hash"], row["state"]
+        codec.uuid(row["id"]),
+        row["tenant"],
+        row["event_seq"],
+        row["last_hash"],
+        row["state"],
+        RowFields(
+            row["state"],
+            int(row["priority"]),
+            row["payload"],
+            row["result"],
+            row["assigned_to"],
+            row["approved_by"],
+            int(row["retry_count"]),
+        ),
     )
 
 

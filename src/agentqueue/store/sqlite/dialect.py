@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from uuid import UUID, uuid4
 
-from ...domain.audit import chain_hash
+from ...domain.audit import chain_hash, row_mac
 from ...domain.errors import InvalidInput, StoreError
 from ..base import CHANNEL_CHANGED, Notice
 from ..errors import from_sqlite
@@ -91,6 +91,7 @@ CODEC = Codec(
 def register_functions(conn: sqlite3.Connection) -> None:
     """The domain's audit hash and a UUID maker, for the set-wise hot transitions."""
     conn.create_function("aq_event_hash", 5, chain_hash, deterministic=True)
+    conn.create_function("aq_row_mac", 8, row_mac, deterministic=True)
     conn.create_function("aq_uuid", 0, lambda: str(uuid4()))
 
 

@@ -35,12 +35,15 @@ WITH picked AS (
         event_seq = t.event_seq + 1,
         last_hash = aq_event_hash(t.last_hash, t.id, t.tenant, t.event_seq + 1, %(tail)s)
     WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM picked))
-    RETURNING t.id, t.tenant, t.event_seq, t.last_hash, t.priority, t.eligible_at, t.seq
+    RETURNING t.id, t.tenant, t.event_seq, t.last_hash, t.priority, t.eligible_at, t.seq,
+        -- The row as updated, signed with its head event (R24).
+        aq_row_mac(t.last_hash, t.state, t.priority, t.payload::text, t.result::text,
+                   t.assigned_to, t.approved_by, t.retry_count) AS row_mac
 ), ev AS (
     INSERT INTO aq_events (task_id, seq, tenant, at, from_state, to_state, action, actor,
-        reason, data, hash)
+        reason, data, hash, row_mac)
     SELECT u.id, u.event_seq, u.tenant, %(now)s, 'pending', 'queued', 'admit', %(actor)s, '',
-        %(data)s::json, u.last_hash
+        %(data)s::json, u.last_hash, u.row_mac
     FROM upd u
 ), notified AS (
     -- One NOTIFY for the whole batch, sent when the statement commits ('p0' if it has one).
@@ -140,12 +143,14 @@ WITH upd AS (
         event_seq = t.event_seq + 1,
         last_hash = aq_event_hash(t.last_hash, t.id, t.tenant, t.event_seq + 1, %(tail)s)
     WHERE t.id = ANY(%(ids)s::uuid[]) AND t.state = 'pending' AND t.eligible_at <= %(now)s
-    RETURNING t.id, t.tenant, t.event_seq, t.last_hash, t.priority
+    RETURNING t.id, t.tenant, t.event_seq, t.last_hash, t.priority,
+        aq_row_mac(t.last_hash, t.state, t.priority, t.payload::text, t.result::text,
+                   t.assigned_to, t.approved_by, t.retry_count) AS row_mac
 ), ev AS (
     INSERT INTO aq_events (task_id, seq, tenant, at, from_state, to_state, action, actor,
-        reason, data, hash)
+        reason, data, hash, row_mac)
     SELECT u.id, u.event_seq, u.tenant, %(now)s, 'pending', 'queued', 'admit', %(actor)s, '',
-        %(data)s::json, u.last_hash
+        %(data)s::json, u.last_hash, u.row_mac
     FROM upd u
 ), notified AS (
     -- Workers hear of it when the transaction commits ('p0' if it has one).

@@ -2,12 +2,15 @@
 
 -- name: task_heads
 -- Every task head, by id, for verification.
-SELECT id, tenant, event_seq, last_hash, state FROM aq_tasks ORDER BY id
+-- With the fields its head event signs, as text exactly as the row_mac was taken over (R24).
+SELECT id, tenant, event_seq, last_hash, state, priority, payload::text AS payload,
+       result::text AS result, assigned_to, approved_by, retry_count
+FROM aq_tasks ORDER BY id
 
 -- name: all_events
 -- Every event, by task and position, data as stored text.
 SELECT task_id, seq, tenant, at, from_state, to_state, action, actor, reason, data::text AS data,
-       hash, gseq
+       hash, gseq, row_mac
 FROM aq_events ORDER BY task_id, seq
 
 -- name: event_numbers

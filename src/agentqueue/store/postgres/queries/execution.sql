@@ -60,9 +60,12 @@ WITH picked AS (
     RETURNING t.*
 ), ev AS (
     INSERT INTO aq_events (task_id, seq, tenant, at, from_state, to_state, action, actor,
-        reason, data, hash)
+        reason, data, hash, row_mac)
     SELECT u.id, u.event_seq, u.tenant, %(now)s, 'queued', 'executing', 'claim', %(worker)s, '',
-        %(data)s::json, u.last_hash
+        %(data)s::json, u.last_hash,
+        -- The row as updated, signed with its head event (R24).
+        aq_row_mac(u.last_hash, u.state, u.priority, u.payload::text, u.result::text,
+                   u.assigned_to, u.approved_by, u.retry_count)
     FROM upd u
 )
 SELECT * FROM upd
@@ -95,12 +98,15 @@ WITH v AS (
         last_hash = aq_event_hash(t.last_hash, t.id, t.tenant, t.event_seq + 1, %(tail)s)
     FROM v
     WHERE t.id = v.id AND t.state = 'executing' AND t.lock_token = v.token
-    RETURNING t.id, t.tenant, t.event_seq, t.last_hash
+    RETURNING t.id, t.tenant, t.event_seq, t.last_hash,
+        -- The row as updated, signed with its head event (R24).
+        aq_row_mac(t.last_hash, t.state, t.priority, t.payload::text, t.result::text,
+                   t.assigned_to, t.approved_by, t.retry_count) AS row_mac
 ), ev AS (
     INSERT INTO aq_events (task_id, seq, tenant, at, from_state, to_state, action, actor,
-        reason, data, hash)
+        reason, data, hash, row_mac)
     SELECT u.id, u.event_seq, u.tenant, %(now)s, 'executing', 'completed', 'complete',
-        %(actor)s, '', %(data)s::json, u.last_hash
+        %(actor)s, '', %(data)s::json, u.last_hash, u.row_mac
     FROM upd u
 ), notified AS (
     -- Tasks waiting on dependencies may be free now, or admission under caps has room again:

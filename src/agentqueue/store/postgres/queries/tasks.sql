@@ -28,16 +28,20 @@ WITH ins AS (
         state_reason, kind, labels, traceparent, ord)
     ORDER BY r.ord
     ON CONFLICT DO NOTHING
-    RETURNING id, seq, state, priority
+    RETURNING id, seq, state, priority, last_hash,
+        -- The row as written, signed with its head event (R24).
+        aq_row_mac(last_hash, state, priority, payload::text, result::text, assigned_to,
+                   approved_by, retry_count) AS row_mac
 ), ev AS (
     INSERT INTO aq_events (task_id, seq, tenant, at, from_state, to_state, action, actor,
-        reason, data, hash)
+        reason, data, hash, row_mac)
     SELECT e.e_task_id, e.e_seq, e.e_tenant, e.e_at, e.e_from, e.e_to, e.e_action, e.e_actor,
-        e.e_reason, e.e_data::json, e.e_hash
+        e.e_reason, e.e_data::json, e.e_hash,
+        CASE WHEN i.last_hash = e.e_hash THEN i.row_mac END
     FROM json_to_recordset(%(events)s::json) AS e(e_task_id uuid, e_seq integer, e_tenant text,
         e_at timestamptz, e_from text, e_to text, e_action text, e_actor text, e_reason text,
         e_data text, e_hash text)
-    WHERE e.e_task_id IN (SELECT id FROM ins)
+    JOIN ins i ON i.id = e.e_task_id
 ), notified AS (
     -- One NOTIFY per channel for the batch, sent when the statement commits: pending work is
     -- for the scheduler to admit, queued work (admitted as it was submitted) for workers.
@@ -87,16 +91,20 @@ WITH v AS (
     WHERE t.id = (v.d ->> 'id')::uuid
       AND t.state = v.d ->> 'expected_state'
       AND t.event_seq = (v.d ->> 'expected_seq')::integer
-    RETURNING t.id
+    RETURNING t.id, t.last_hash,
+        -- The row as updated, signed with its head event (R24).
+        aq_row_mac(t.last_hash, t.state, t.priority, t.payload::text, t.result::text,
+                   t.assigned_to, t.approved_by, t.retry_count) AS row_mac
 ), ev AS (
     INSERT INTO aq_events (task_id, seq, tenant, at, from_state, to_state, action, actor,
-        reason, data, hash)
+        reason, data, hash, row_mac)
     SELECT e.e_task_id, e.e_seq, e.e_tenant, e.e_at, e.e_from, e.e_to, e.e_action, e.e_actor,
-        e.e_reason, e.e_data::json, e.e_hash
+        e.e_reason, e.e_data::json, e.e_hash,
+        CASE WHEN x.last_hash = e.e_hash THEN x.row_mac END
     FROM json_to_recordset(%(events)s::json) AS e(e_task_id uuid, e_seq integer, e_tenant text,
         e_at timestamptz, e_from text, e_to text, e_action text, e_actor text, e_reason text,
         e_data text, e_hash text)
-    WHERE e.e_task_id IN (SELECT id FROM u)
+    JOIN u x ON x.id = e.e_task_id
 )
 SELECT id FROM u
 

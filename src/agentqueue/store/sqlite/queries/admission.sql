@@ -31,8 +31,11 @@ RETURNING id, priority, eligible_at, seq
 -- name: admit_events
 -- The admit events of the tasks just admitted (:written).
 INSERT INTO aq_events (task_id, seq, tenant, at, from_state, to_state, action, actor, reason,
-    data, hash)
-SELECT id, event_seq, tenant, :now, 'pending', 'queued', 'admit', :actor, '', :data, last_hash
+    data, hash, row_mac)
+SELECT id, event_seq, tenant, :now, 'pending', 'queued', 'admit', :actor, '', :data, last_hash,
+    -- The row as updated, signed with its head event (R24).
+    aq_row_mac(last_hash, state, priority, payload, result, assigned_to, approved_by,
+        retry_count)
 FROM aq_tasks WHERE id IN (SELECT value FROM json_each(:written))
 
 -- name: active_load

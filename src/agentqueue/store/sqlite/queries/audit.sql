@@ -2,7 +2,10 @@
 
 -- name: task_heads
 -- Every task head, by id, for verification.
-SELECT id, tenant, event_seq, last_hash, state FROM aq_tasks ORDER BY id
+-- With the fields its head event signs (R24).
+SELECT id, tenant, event_seq, last_hash, state, priority, payload, result, assigned_to,
+       approved_by, retry_count
+FROM aq_tasks ORDER BY id
 
 -- name: all_events
 -- Every event, by task and position, data as stored text.

@@ -27,10 +27,14 @@ RETURNING id, seq
 -- name: insert_events
 -- Append the events of the rows a statement just wrote (:written), from a JSON document.
 INSERT INTO aq_events (task_id, seq, tenant, at, from_state, to_state, action, actor, reason,
-    data, hash)
+    data, hash, row_mac)
 SELECT r.value ->> 'e_task_id', r.value ->> 'e_seq', r.value ->> 'e_tenant', r.value ->> 'e_at',
     r.value ->> 'e_from', r.value ->> 'e_to', r.value ->> 'e_action', r.value ->> 'e_actor',
-    r.value ->> 'e_reason', r.value ->> 'e_data', r.value ->> 'e_hash'
+    r.value ->> 'e_reason', r.value ->> 'e_data', r.value ->> 'e_hash',
+    -- The row as written, signed with its head event (R24); none for a purge (no row).
+    (SELECT aq_row_mac(t.last_hash, t.state, t.priority, t.payload, t.result, t.assigned_to,
+                       t.approved_by, t.retry_count)
+     FROM aq_tasks t WHERE t.id = r.value ->> 'e_task_id' AND t.last_hash = r.value ->> 'e_hash')
 FROM json_each(:events) AS r
 WHERE r.value ->> 'e_task_id' IN (SELECT value FROM json_each(:written))
 
