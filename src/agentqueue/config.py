@@ -11,16 +11,18 @@ keys are ``AGENTQUEUE_API__PORT`` and so on).
 from __future__ import annotations
 
 import os
+import pwd
 import re
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import regex
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationError,
     field_validator,
     model_validator,
@@ -181,14 +183,42 @@ class AgentSettings(_Section):
     env: list[str] = Field(default_factory=list)
     timeout_secs: int | None = Field(default=None, ge=1, le=7 * 86_400)
     cpu_secs: int | None = Field(default=None, ge=1)
-    memory_mb: int | None = Field(default=None, ge=16)
+    """CPU seconds an attempt may use; without it, the attempt's timeout."""
+    memory_mb: int | None = Field(default=2048, ge=16)
+    """Address space of each of the agent's processes (RLIMIT_AS)."""
     open_files: int = Field(default=256, ge=16, le=1_048_576)
+    max_processes: int = Field(default=256, ge=4, le=1_000_000)
+    """Processes (and threads) the attempt may have at once: a pids cgroup of its own when the
+    worker can make one, else RLIMIT_NPROC of the user it runs as."""
+    disk_mb: int = Field(default=1024, ge=1, le=16 * 1024 * 1024)
+    """What the attempt may write in its working directory (and its private /tmp): a larger
+    file cannot be written, and the agent is stopped when the directory grows past it."""
+    isolation: Literal["bwrap", "none"] | None = None
+    """``bwrap``: a bubblewrap sandbox; ``none``: limits, user and environment only. Unset:
+    bwrap where it works (the worker warns at start when it does not)."""
+    network: bool = False
+    """Keep the host's network under bwrap (the queue database's port stays closed)."""
+    extra_ro: list[str] = Field(default_factory=list)
+    """Paths the sandboxed agent sees read-only (at the same place), e.g. a repository."""
+    extra_rw: list[str] = Field(default_factory=list)
+    """Paths the sandboxed agent may write besides its working directory."""
     max_output_bytes: int = Field(default=1024 * 1024, ge=1024, le=256 * 1024 * 1024)
     success_exit_codes: list[int] = Field(default_factory=lambda: [0])
     retryable_exit_codes: list[int] = Field(default_factory=lambda: [75])
     kill_grace_secs: float = Field(default=5.0, ge=0, le=600)
     workdir: str | None = None
     keep_workdir: bool = False
+    """Keep this agent's working directories whatever ``[worker] keep_workdirs`` says."""
+
+    @field_validator("extra_ro", "extra_rw")
+    @classmethod
+    def _existing_paths(cls, paths: list[str]) -> list[str]:
+        for index, path in enumerate(paths):
+            if not os.path.isabs(path):
+                raise ValueError(f"{path!r} (item {index}) is not an absolute path")
+            if not os.path.exists(path):
+                raise ValueError(f"{path!r} (item {index}) does not exist")
+        return [os.path.normpath(p) for p in paths]
 
     @field_validator("env")
     @classmethod
@@ -275,6 +305,22 @@ class WorkerSettings(_Section):
     """Heartbeats failing for this fraction of ``[queue] lease_ttl_secs``: the worker stops its
     running attempts (recording no outcome) before their leases lapse."""
     workdir: str | None = None
+    run_as: str | None = None
+    """The user command agents run as; unset: ``nobody`` when the worker runs as root, else
+    the worker's own user."""
+    keep_workdirs: Literal["never", "failed", "always"] = "never"
+    """Which attempts' working directories stay after the attempt: none, those that did not
+    complete, or all."""
+
+    @field_validator("run_as")
+    @classmethod
+    def _known_user(cls, name: str | None) -> str | None:
+        if name is not None:
+            try:
+                pwd.getpwnam(name)
+            except KeyError:
+                raise ValueError(f"no user named {name!r} on this host") from None
+        return name
 
 
 class LoggingSettings(_Section):
@@ -714,6 +760,12 @@ class Settings(BaseSettings):
     logging: LoggingSettings = Field(default_factory=LoggingSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     audit: AuditSettings = Field(default_factory=AuditSettings)
+    _source: Path | None = PrivateAttr(default=None)
+
+    @property
+    def source(self) -> Path | None:
+        """The file these settings were read from (None: defaults and environment only)."""
+        return self._source
 
     @model_validator(mode="after")
     def _known_rate_limits(self) -> Settings:
@@ -772,7 +824,10 @@ def load_settings(path: str | os.PathLike[str] | None = None) -> Settings:
         except InvalidInput as exc:
             raise ConfigError(f"{file} {exc.problems[0].message}", "config") from None
         data = parse_config_text(raw, str(file))
-    return settings_from(data)
+    settings = settings_from(data)
+    if path is not None:
+        settings._source = Path(os.path.abspath(path))
+    return settings
 
 
 def parse_config_text(raw: bytes | str, name: str = "the configuration") -> dict[str, Any]:
@@ -802,10 +857,11 @@ def parse_config_text(raw: bytes | str, name: str = "the configuration") -> dict
 def settings_from(data: dict[str, Any]) -> Settings:
     """Settings from a parsed configuration table and the environment; ConfigError if bad."""
     try:
-        return Settings(**data)
+        settings = Settings(**data)
     except ValidationError as exc:
         problems = [_problem(err) for err in exc.errors(include_url=False, include_input=False)]
         raise ConfigError(problems) from None
+    return settings
 
 
 def _problem(err: Any) -> FieldProblem:

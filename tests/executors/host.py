@@ -20,6 +20,7 @@ from agentqueue.config import AgentSettings
 from agentqueue.domain.models import Task
 from agentqueue.domain.states import TaskState
 from agentqueue.executors.base import AttemptControl
+from agentqueue.executors.isolation import resolve
 from agentqueue.executors.subprocess import CommandAgent
 
 
@@ -46,10 +47,11 @@ def _task() -> Task:
 
 
 async def _main(config: dict[str, object]) -> None:
+    settings = AgentSettings.model_validate(config["settings"])
+    # Unsandboxed agents run as this process's user: they write the test's files.
+    confinement = resolve("host-agent", settings, user=None)[0]
     agent = CommandAgent(
-        "host-agent",
-        AgentSettings.model_validate(config["settings"]),
-        Path(str(config["workdir_root"])),
+        "host-agent", settings, Path(str(config["workdir_root"])), confinement=confinement
     )
     before_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     control = AttemptControl(deadline=time.monotonic() + float(str(config["deadline_secs"])))

@@ -17,6 +17,7 @@ from agentqueue.executors.base import AttemptEnd
 from agentqueue.executors.subprocess import CommandAgent, agent_view
 
 
+@pytest.mark.host_processes
 async def test_agent_runs_in_its_own_session_and_process_group(run_agent: RunAgent) -> None:
     result = await run_agent("ids")
     ids = result.result

@@ -17,6 +17,10 @@ from agent_harness import HOST, RunAgent, agent_settings, control, exists, wait_
 
 from agentqueue.executors.base import AttemptEnd
 
+# These tests watch the agent's processes by their host pids: the launcher's mechanics, the same
+# with a sandbox (the adversarial suite stops sandboxed trees too).
+pytestmark = pytest.mark.host_processes
+
 STUBBORN = ("ignore", "SIGTERM")  # the agent ignores SIGTERM
 TREE = ("agent", "launcher", "grandchild", "hidden")
 
@@ -164,7 +168,7 @@ async def test_a_killed_launcher_still_takes_the_tree_with_it(
 
 def test_agent_tree_dies_with_a_worker_killed_by_sigkill(tmp_path: Path) -> None:
     pids_file = tmp_path / "pids"
-    settings = agent_settings(*stubborn_tree(pids_file))
+    settings = agent_settings(*stubborn_tree(pids_file), isolation="none")
     config = {
         "settings": settings.model_dump(),
         "workdir_root": str(tmp_path / "runs"),

@@ -138,6 +138,7 @@ async def test_every_outcome_carries_the_latest_checkpoint(
     assert (result.checkpoint, result.checkpointed) == ({"n": 2}, True)
 
 
+@pytest.mark.host_processes
 async def test_a_cancelled_attempt_carries_its_checkpoint(
     run_agent: RunAgent, tmp_path: Path
 ) -> None:
@@ -326,6 +327,7 @@ async def test_resume_files_of_a_fresh_task_are_null_and_empty(run_agent: RunAge
 # --- yielding the slot (preemption) ---------------------------------------------------------------
 
 
+@pytest.mark.host_processes
 async def test_an_agent_that_checkpoints_on_sigusr1_is_preempted_quickly(
     run_agent: RunAgent, tmp_path: Path
 ) -> None:
@@ -357,6 +359,7 @@ async def test_an_agent_that_checkpoints_on_sigusr1_is_preempted_quickly(
     assert wait_gone(pids, 1.0) == []
 
 
+@pytest.mark.host_processes
 async def test_an_agent_without_a_handler_dies_of_sigusr1_and_is_preempted(
     run_agent: RunAgent, tmp_path: Path
 ) -> None:
@@ -374,6 +377,7 @@ async def test_an_agent_without_a_handler_dies_of_sigusr1_and_is_preempted(
     assert (result.checkpoint, result.checkpointed) == ("so far", True)
 
 
+@pytest.mark.host_processes
 async def test_an_agent_that_ignores_sigusr1_is_stopped_after_the_grace(
     run_agent: RunAgent, tmp_path: Path
 ) -> None:
@@ -409,6 +413,7 @@ async def test_an_agent_that_ignores_sigusr1_is_stopped_after_the_grace(
     assert await asyncio.to_thread(wait_gone, pids, 1.0) == []
 
 
+@pytest.mark.host_processes
 async def test_a_tool_call_before_yielding_still_waits_for_the_tool(
     run_agent: RunAgent, tmp_path: Path
 ) -> None:
@@ -435,6 +440,7 @@ async def test_a_tool_call_before_yielding_still_waits_for_the_tool(
     assert result.checkpoint == 2
 
 
+@pytest.mark.host_processes
 async def test_a_cancel_during_the_yield_grace_wins(run_agent: RunAgent, tmp_path: Path) -> None:
     pids_file = tmp_path / "pids"
     ctl = control(30, yield_grace_secs=10)
@@ -449,6 +455,7 @@ async def test_a_cancel_during_the_yield_grace_wins(run_agent: RunAgent, tmp_pat
     assert (result.end, result.error) == (AttemptEnd.CANCELLED, "cancelled during the yield")
 
 
+@pytest.mark.host_processes
 async def test_the_deadline_during_the_yield_grace_times_out(
     run_agent: RunAgent, tmp_path: Path
 ) -> None:

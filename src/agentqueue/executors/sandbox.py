@@ -15,8 +15,16 @@ process group), with the agent's scrubbed environment, working directory and pip
   at once.
 
 SPEC is a JSON object: ``command`` (argv list), ``parent_pid``, ``status_fd``, and optional
-``cpu_secs``, ``memory_bytes``, ``open_files``. The status is one of ``{"exit": code, ...}``,
-``{"signal": number, ...}`` (with ``cpu_secs`` and ``maxrss_kb`` of the agent) or
+``cpu_secs``, ``memory_bytes``, ``open_files``, ``file_bytes`` (the largest file it may write),
+``program`` (the agent's program when ``command`` runs it through a sandbox: checked first, so
+that a missing one is reported as such), ``processes`` (RLIMIT_NPROC, for an agent whose user runs nothing else), ``cgroup_procs`` (the
+``cgroup.procs`` file of the attempt's pids cgroup, joined first), ``deny_ports`` (TCP ports it
+may not connect to: a Landlock ruleset allowing every other port), ``user`` ([uid, gid] to run
+as: supplementary groups dropped, then the group and the user) and ``ignore_signals`` (signal
+numbers ignored across exec: the bubblewrap between the launcher and the agent must survive the
+signals the worker sends the group; it gives them back to the agent). The status is one of
+``{"exit": code, ...}``, ``{"signal": number, ...}`` (with ``cpu_secs`` and ``maxrss_kb`` of
+the agent) or
 ``{"error": message}`` when the agent could not be started.
 
 Standard library only, and never ``agentqueue``: this module is run as a script and must start
@@ -91,6 +99,65 @@ def _limit(kind: int, soft: int, hard: int) -> None:
     resource.setrlimit(kind, (soft, hard))
 
 
+_SYS_LANDLOCK_CREATE_RULESET = 444
+_SYS_LANDLOCK_ADD_RULE = 445
+_SYS_LANDLOCK_RESTRICT_SELF = 446
+_LANDLOCK_ACCESS_NET_CONNECT_TCP = 1 << 1
+_LANDLOCK_RULE_NET_PORT = 2
+PR_SET_NO_NEW_PRIVS = 38
+
+
+class _NetPortAttr(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("port", ctypes.c_uint64)]
+
+
+def _deny_ports(ports: list[int]) -> None:
+    """Allow TCP connections to every port but ``ports`` (Landlock ABI 4, Linux 6.7+)."""
+    syscall = _libc.syscall
+    syscall.restype = ctypes.c_long
+    attr = (ctypes.c_uint64 * 2)(0, _LANDLOCK_ACCESS_NET_CONNECT_TCP)
+    fd = syscall(_SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(16), 0)
+    if fd < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"Landlock network rules are not available: {os.strerror(err)}")
+    try:
+        denied = set(ports)
+        rule = _NetPortAttr(_LANDLOCK_ACCESS_NET_CONNECT_TCP, 0)
+        ref = ctypes.byref(rule)
+        rule_type = ctypes.c_int(_LANDLOCK_RULE_NET_PORT)
+        ruleset = ctypes.c_int(fd)
+        for port in range(65536):
+            if port in denied:
+                continue
+            rule.port = port
+            if syscall(_SYS_LANDLOCK_ADD_RULE, ruleset, rule_type, ref, 0) != 0:
+                err = ctypes.get_errno()
+                raise OSError(err, f"Landlock: cannot allow port {port}: {os.strerror(err)}")
+        _prctl(PR_SET_NO_NEW_PRIVS, 1)
+        if syscall(_SYS_LANDLOCK_RESTRICT_SELF, ruleset, 0) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"Landlock: cannot restrict the agent: {os.strerror(err)}")
+    finally:
+        os.close(fd)
+
+
+def _find_program(name: str) -> None:
+    """Fail as ``exec`` would when ``name`` (the agent's program, run through the sandbox)
+    cannot be run."""
+    if "/" in name:
+        candidates = [name]
+    else:
+        path = os.environ.get("PATH", os.defpath)
+        candidates = [os.path.join(d or ".", name) for d in path.split(os.pathsep)]
+    for candidate in candidates:
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return
+    if "/" in name and os.path.exists(name):
+        raise PermissionError(13, os.strerror(13))
+    raise FileNotFoundError(2, os.strerror(2))
+
+
 def _exec_agent(spec: dict[str, Any], launcher_pid: int, report_fd: int) -> None:
     """In the forked child: become the agent, or report why not and exit."""
     try:
@@ -100,9 +167,9 @@ def _exec_agent(spec: dict[str, Any], launcher_pid: int, report_fd: int) -> None
             with contextlib.suppress(OSError, ValueError):
                 signal.signal(sig, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_SETMASK, ())
-        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != launcher_pid:
-            os._exit(SPAWN_FAILED_EXIT)
+        if spec.get("cgroup_procs"):
+            with open(spec["cgroup_procs"], "w") as f:
+                f.write(str(os.getpid()))
         _limit(resource.RLIMIT_CORE, 0, 0)
         if spec.get("cpu_secs"):
             # SIGXCPU at the soft limit; the kernel's SIGKILL one second later if it is ignored.
@@ -111,7 +178,26 @@ def _exec_agent(spec: dict[str, Any], launcher_pid: int, report_fd: int) -> None
             _limit(resource.RLIMIT_AS, spec["memory_bytes"], spec["memory_bytes"])
         if spec.get("open_files"):
             _limit(resource.RLIMIT_NOFILE, spec["open_files"], spec["open_files"])
+        if spec.get("file_bytes"):
+            _limit(resource.RLIMIT_FSIZE, spec["file_bytes"], spec["file_bytes"])
+        if spec.get("processes"):
+            _limit(resource.RLIMIT_NPROC, spec["processes"], spec["processes"])
+        if spec.get("deny_ports"):
+            _deny_ports(spec["deny_ports"])
         command = spec["command"]
+        if spec.get("program"):
+            _find_program(spec["program"])
+        if spec.get("user"):
+            uid, gid = spec["user"]
+            os.setgroups([])
+            os.setgid(gid)
+            os.setuid(uid)
+        # After any change of user: the kernel clears the death signal then.
+        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != launcher_pid:
+            os._exit(SPAWN_FAILED_EXIT)
+        for sig in spec.get("ignore_signals") or ():
+            signal.signal(sig, signal.SIG_IGN)
         os.execvp(command[0], command)
     except BaseException as exc:
         if isinstance(exc, OSError) and exc.strerror:
@@ -119,7 +205,8 @@ def _exec_agent(spec: dict[str, Any], launcher_pid: int, report_fd: int) -> None
         else:
             reason = f"{type(exc).__name__}: {exc}"
         try:
-            os.write(report_fd, f"cannot start {spec['command'][0]!r}: {reason}".encode())
+            program = spec.get("program") or spec["command"][0]
+            os.write(report_fd, f"cannot start {program!r}: {reason}".encode())
         finally:
             os._exit(SPAWN_FAILED_EXIT)
 

@@ -26,6 +26,7 @@ import dataclasses
 import errno
 import json
 import logging
+import math
 import os
 import re
 import shutil
@@ -43,6 +44,7 @@ from ..domain.limits import JSONLimitError, parse_json
 from ..domain.models import Task
 from .base import AttemptControl, AttemptEnd, AttemptResult, LogChunk, ToolCallRequest
 from .capture import AgentProcess, LastLine
+from .isolation import Confinement, PidsCgroup, bwrap_command, default_user, resolve
 
 log = logging.getLogger("agentqueue.worker")
 
@@ -79,6 +81,11 @@ _EXCERPT_CHARS = 80
 
 _MEMORY_SIGNS = ("MemoryError", "Cannot allocate memory", "out of memory", "bad_alloc")
 _OPEN_FILES_SIGNS = ("Too many open files",)
+_PROCESS_SIGNS = ("Resource temporarily unavailable", "fork: retry", "Cannot fork")
+_FILE_SIZE_SIGNS = ("File too large",)
+_MIB = 1024 * 1024
+_DISK_POLL_SECS = 0.2  # how often the working directory's size is checked
+_SANDBOX_SIGNALS = [signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1]
 
 
 class _BadResult(Exception):
@@ -249,9 +256,21 @@ class CommandAgent:
     Working directories are made under ``settings.workdir`` if set, else ``workdir_root``.
     """
 
-    def __init__(self, name: str, settings: AgentSettings, workdir_root: Path) -> None:
+    def __init__(
+        self,
+        name: str,
+        settings: AgentSettings,
+        workdir_root: Path,
+        confinement: Confinement | None = None,
+    ) -> None:
         self.name = name
         self.settings = settings
+        if confinement is None:
+            # Built alone (not by a worker): the defaults, without the worker's own files.
+            confinement, fallback = resolve(name, settings, user=default_user())
+            if fallback is not None:
+                log.warning("agent %s runs without a sandbox: %s", name, fallback)
+        self.confinement = confinement
         self.task_types = frozenset(settings.task_types)
         self.agents = frozenset({name})
         self.max_concurrent = settings.max_concurrent
@@ -292,10 +311,21 @@ class CommandAgent:
                 error=f"cannot make a working directory under {self.workdir_root}: {exc}",
                 retryable=True,
             )
+        cpu_secs = self.settings.cpu_secs or max(1, math.ceil(limit))
+        cgroup = await asyncio.to_thread(PidsCgroup.make, workdir.name, self.settings.max_processes)
+        result: AttemptResult | None = None
         try:
-            return await self._attempt(task, control, workdir, deadline, timeout_error)
+            result = await self._attempt(
+                task, control, workdir, deadline, timeout_error, cpu_secs, cgroup
+            )
+            return result
         finally:
-            if not self.settings.keep_workdir:
+            if cgroup is not None:
+                await asyncio.to_thread(cgroup.remove)
+            keep = self.confinement.keep_workdirs
+            if keep == "never" or (
+                keep == "failed" and result is not None and result.end is AttemptEnd.COMPLETED
+            ):
                 await asyncio.to_thread(_remove_tree, workdir)
 
     async def _attempt(
@@ -305,6 +335,8 @@ class CommandAgent:
         workdir: Path,
         deadline: float,
         timeout_error: str,
+        cpu_secs: int,
+        cgroup: PidsCgroup | None,
     ) -> AttemptResult:
         inputs = {
             TASK_FILE: agent_view(task),
@@ -323,15 +355,38 @@ class CommandAgent:
             if name == TASK_FILE:
                 task_json = data
         status_r, status_w = os.pipe()
+        confinement = self.confinement
+        disk_bytes = self.settings.disk_mb * _MIB
+        command = self.command
+        if confinement.bwrap:
+            command = bwrap_command(
+                confinement,
+                self.command,
+                workdir=workdir,
+                workdir_root=self.workdir_root,
+                tmp_bytes=disk_bytes,
+            )
+        user = confinement.user
         spec = {
-            "command": self.command,
+            "command": command,
+            "program": self.command[0] if confinement.bwrap else None,
             "parent_pid": os.getpid(),
             "status_fd": status_w,
-            "cpu_secs": self.settings.cpu_secs,
-            "memory_bytes": (self.settings.memory_mb or 0) * 1024 * 1024 or None,
+            "cpu_secs": cpu_secs,
+            "memory_bytes": (self.settings.memory_mb or 0) * _MIB or None,
             "open_files": self.settings.open_files,
+            "file_bytes": disk_bytes,
+            # RLIMIT_NPROC counts every process of the user: only without a cgroup, and only
+            # for a user of the agents' own.
+            "processes": self.settings.max_processes if cgroup is None and user else None,
+            "cgroup_procs": cgroup.procs if cgroup is not None else None,
+            "deny_ports": list(confinement.deny_ports) or None,
+            # Under bwrap as root, the sandbox changes the user (see bwrap_command).
+            "user": list(user) if user and not confinement.bwrap else None,
+            "ignore_signals": [int(s) for s in _SANDBOX_SIGNALS] if confinement.bwrap else None,
         }
         loop = asyncio.get_running_loop()
+        disk = _DiskWatch(loop, workdir, disk_bytes)
         protocol = AgentProtocol(loop, control.save_checkpoint)
         agent = AgentProcess(loop, self.settings.max_output_bytes, protocol.line)
         try:
@@ -364,7 +419,13 @@ class CommandAgent:
                 # Buffered by the event loop; an agent that never reads it is not waited for.
                 stdin.write(task_json)
                 stdin.close()
-            stopped = await self._supervise(transport, agent, protocol, control, deadline)
+            watching = loop.create_task(disk.watch())
+            try:
+                stopped = await self._supervise(
+                    transport, agent, protocol, control, deadline, disk.exceeded
+                )
+            finally:
+                watching.cancel()
             await asyncio.wait([agent.output_closed], timeout=_DRAIN_SECS)
         except BaseException:
             # Cancelled from outside: the tree must not outlive the attempt.
@@ -375,6 +436,12 @@ class CommandAgent:
         # A descendant that escaped the group may still hold the pipes: stop listening to it.
         transport.close()
         status = _read_status(status_r)
+        if status is not None:
+            status["cpu_limit"] = cpu_secs
+            exit_code = status.get("exit")
+            if confinement.bwrap and isinstance(exit_code, int) and 128 < exit_code <= 192:
+                # bubblewrap reports an agent killed by a signal as 128 + its number.
+                status["signal"] = status.pop("exit") - 128
         if status is None and stopped is None:
             # The launcher died before its own clean-up (killed from outside): what is left of
             # its group keeps the group id alive, so it still names only this attempt's tree.
@@ -386,6 +453,10 @@ class CommandAgent:
         except BaseException:
             protocol.abandon()
             raise
+        if disk.error is not None:
+            return protocol.carried(
+                AttemptResult(AttemptEnd.FAILED, error=disk.error, logs=agent.logs())
+            )
         ending = self._ending(
             stopped, status, transport, workdir, agent, protocol, control, timeout_error
         )
@@ -434,13 +505,21 @@ class CommandAgent:
         protocol: AgentProtocol,
         control: AttemptControl,
         deadline: float,
+        disk_full: asyncio.Future[None],
     ) -> AttemptEnd | None:
-        """Wait for the agent; stop it at the deadline, on cancel or on a bad protocol line,
-        and ask it to yield when the worker wants its slot back. None if it ended by itself;
-        FAILED if it was stopped for a bad protocol line."""
+        """Wait for the agent; stop it at the deadline, on cancel, on a bad protocol line or
+        when its directory outgrows its disk limit, and ask it to yield when the worker wants
+        its slot back. None if it ended by itself; FAILED if it was stopped for a bad protocol
+        line or its disk use."""
         cancelled = asyncio.create_task(control.cancel.wait())
         yielding = asyncio.create_task(control.yielding.wait())
-        waits: set[asyncio.Future[Any]] = {agent.exited, cancelled, yielding, protocol.failed}
+        waits: set[asyncio.Future[Any]] = {
+            agent.exited,
+            cancelled,
+            yielding,
+            protocol.failed,
+            disk_full,
+        }
         try:
             done, _ = await asyncio.wait(
                 waits,
@@ -452,8 +531,10 @@ class CommandAgent:
             if cancelled in done:
                 await _stop(transport, agent, control.cancel_grace_secs, None)
                 return AttemptEnd.CANCELLED
-            if protocol.failed in done:
-                await _stop(transport, agent, control.cancel_grace_secs, None)
+            if protocol.failed in done or disk_full in done:
+                await _stop(
+                    transport, agent, 0.0 if disk_full in done else control.cancel_grace_secs, None
+                )
                 return AttemptEnd.FAILED
             if yielding in done:
                 return await self._yield(transport, agent, control, deadline, cancelled)
@@ -502,11 +583,18 @@ class CommandAgent:
     # --- set-up ---------------------------------------------------------------------------------
 
     def _make_workdir(self, task: Task) -> Path:
-        self.workdir_root.mkdir(parents=True, exist_ok=True)
+        user = self.confinement.user
+        if not self.workdir_root.is_dir():
+            self.workdir_root.mkdir(parents=True, exist_ok=True)
+            if user is not None:  # its user reaches its own directory, never lists the others
+                os.chmod(self.workdir_root, 0o711)
         prefix = f"{task.id}-{task.retry_count + 1}-"
         workdir = Path(tempfile.mkdtemp(prefix=prefix, dir=self.workdir_root))
         (workdir / ".home").mkdir()
         (workdir / ".tmp").mkdir()
+        if user is not None:
+            for path in (workdir, workdir / ".home", workdir / ".tmp"):
+                os.chown(path, *user)
         return workdir
 
     def _environment(self, task: Task, workdir: Path) -> dict[str, str]:
@@ -582,14 +670,19 @@ class CommandAgent:
         s = self.settings
         sig = status.get("signal")
         cpu_used = float(status.get("cpu_secs") or 0.0)
-        if s.cpu_secs and (
-            sig == signal.SIGXCPU or (sig == signal.SIGKILL and cpu_used >= s.cpu_secs)
+        cpu_limit = status.get("cpu_limit") or s.cpu_secs
+        if cpu_limit and (
+            sig == signal.SIGXCPU or (sig == signal.SIGKILL and cpu_used >= cpu_limit)
         ):
-            return f" (CPU time limit of {s.cpu_secs}s exceeded)"
+            return f" (CPU time limit of {cpu_limit}s exceeded)"
+        if sig == signal.SIGXFSZ or any(sign in stderr_tail for sign in _FILE_SIZE_SIGNS):
+            return f" (disk limit of {s.disk_mb} MiB: no file may be larger)"
         if s.memory_mb and any(sign in stderr_tail for sign in _MEMORY_SIGNS):
             return f" (memory limit of {s.memory_mb} MiB reached)"
         if any(sign in stderr_tail for sign in _OPEN_FILES_SIGNS):
             return f" (open file limit of {s.open_files} reached)"
+        if any(sign in stderr_tail for sign in _PROCESS_SIGNS):
+            return f" (process limit of {s.max_processes} reached)"
         return ""
 
     def _result(self, workdir: Path, last_line: LastLine) -> Any:
@@ -628,6 +721,52 @@ class CommandAgent:
 
 
 # --- process helpers ------------------------------------------------------------------------------
+
+
+class _DiskWatch:
+    """Checks the size of an attempt's working directory; ``exceeded`` is set (and ``error``
+    says by how much) when it outgrows ``limit`` bytes."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, path: Path, limit: int) -> None:
+        self.path = path
+        self.limit = limit
+        self.exceeded: asyncio.Future[None] = loop.create_future()
+        self.error: str | None = None
+
+    async def watch(self) -> None:
+        while True:
+            used = await asyncio.to_thread(_disk_usage, self.path, self.limit)
+            if used > self.limit:
+                self.error = (
+                    f"disk limit of {self.limit // _MIB} MiB exceeded: the agent wrote more than "
+                    f"that in its working directory, and was stopped"
+                )
+                self.exceeded.set_result(None)
+                return
+            await asyncio.sleep(_DISK_POLL_SECS)
+
+
+def _disk_usage(path: Path, stop_above: int) -> int:
+    """Bytes allocated under ``path`` (counting stops once past ``stop_above``)."""
+    total = 0
+    stack = [str(path)]
+    while stack:
+        try:
+            entries = os.scandir(stack.pop())
+        except OSError:
+            continue
+        with entries:
+            for entry in entries:
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                total += st.st_blocks * 512
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+                if total > stop_above:
+                    return total
+    return total
 
 
 def _signal_group(transport: asyncio.SubprocessTransport, sig: int) -> None:
