@@ -630,6 +630,7 @@ class AsyncQueue:
             task_types=task_types,
             agents=agents,
             request_heartbeat=lambda task_id: holder[0].request_heartbeat(task_id),
+            database_url=self.url,
         )
         holder.append(Worker(self, executors, options, tools=dict(self.tools)))
         return holder[0]

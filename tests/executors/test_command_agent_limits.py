@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from agent_harness import RunAgent
 
 from agentqueue.executors.base import AttemptEnd

@@ -17,7 +17,8 @@ process group), with the agent's scrubbed environment, working directory and pip
 SPEC is a JSON object: ``command`` (argv list), ``parent_pid``, ``status_fd``, and optional
 ``cpu_secs``, ``memory_bytes``, ``open_files``, ``file_bytes`` (the largest file it may write),
 ``program`` (the agent's program when ``command`` runs it through a sandbox: checked first, so
-that a missing one is reported as such), ``processes`` (RLIMIT_NPROC, for an agent whose user runs nothing else), ``cgroup_procs`` (the
+that a missing one is reported as such), ``processes`` (RLIMIT_NPROC, for an agent whose user
+runs nothing else), ``cgroup_procs`` (the
 ``cgroup.procs`` file of the attempt's pids cgroup, joined first), ``deny_ports`` (TCP ports it
 may not connect to: a Landlock ruleset allowing every other port), ``user`` ([uid, gid] to run
 as: supplementary groups dropped, then the group and the user) and ``ignore_signals`` (signal

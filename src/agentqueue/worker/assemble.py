@@ -3,14 +3,51 @@ narrowed by the task types and agent names it was asked to serve."""
 
 from __future__ import annotations
 
+import logging
+import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 from uuid import UUID
 
-from ..config import Settings
+from ..config import AgentSettings, Settings
 from ..domain.errors import ConfigError
 from ..executors.base import Executor
 from ..executors.inprocess import Handler, HandlerExecutor
+from ..executors.isolation import Confinement
+
+log = logging.getLogger("agentqueue.worker")
+
+_POSTGRES_PORT = 5432
+
+
+def database_places(url: str | None) -> tuple[list[str], list[int]]:
+    """What of the queue's database an agent must not reach: the SQLite file (hidden with its
+    directory) or the PostgreSQL server's TCP port (closed to a networked agent)."""
+    if not url:
+        return [], []
+    parts = urlsplit(url)
+    if parts.scheme.startswith("sqlite"):
+        from ..domain.errors import InvalidInput
+        from ..store.sqlite.dialect import parse_sqlite_url
+
+        try:
+            path, _ = parse_sqlite_url(url)
+        except InvalidInput:
+            return [], []
+        return [os.path.abspath(path)], []
+    if parts.scheme.startswith("postgres"):
+        ports = {_POSTGRES_PORT}
+        try:
+            if parts.port:
+                ports = {parts.port}
+        except ValueError:
+            pass
+        for value in parse_qs(parts.query).get("port", []):
+            if value.isdigit():
+                ports.add(int(value))
+        return [], sorted(ports)
+    return [], []
 
 
 def _anchor(command: Sequence[str]) -> list[str]:
@@ -31,6 +68,7 @@ def build_executors(
     task_types: Sequence[str] | None = None,
     agents: Sequence[str] | None = None,
     request_heartbeat: Callable[[UUID], None] = lambda task_id: None,
+    database_url: str | None = None,
 ) -> list[Executor]:
     """Executors for a worker. Without ``agents`` every configured agent runs (and every
     handler); with it, only those agents (and handlers only if ``task_types`` names theirs)."""
@@ -46,6 +84,7 @@ def build_executors(
         chosen = {}
     if chosen:
         executors.append(HandlerExecutor(chosen, concurrency, request_heartbeat))
+    unsandboxed: list[str] = []
     for name, agent in settings.agents.items():
         if agents and name not in agents:
             continue
@@ -56,10 +95,43 @@ def build_executors(
 
         narrowed = agent.model_copy(update={"task_types": types, "command": _anchor(agent.command)})
         root = Path(settings.worker.workdir or ".agentqueue/runs")
-        executors.append(CommandAgent(name, narrowed, root))
+        confinement, fallback = _confinement(settings, name, narrowed, database_url)
+        if fallback is not None:
+            unsandboxed.append(f"{name} ({fallback})")
+        executors.append(CommandAgent(name, narrowed, root, confinement=confinement))
+    if unsandboxed:
+        log.warning(
+            "WARNING: bubblewrap cannot sandbox agents here, so these run WITHOUT isolation "
+            "(they see the host's files and network as their user): %s. Install bubblewrap, "
+            'or set isolation = "none" on each to say this is meant.',
+            "; ".join(unsandboxed),
+        )
     if wanted is not None:
         served = {t for e in executors for t in e.task_types}
         missing = sorted(wanted - served)
         if missing:
             raise ConfigError(f"no handler or agent serves task type {missing[0]!r}", "task_types")
     return executors
+
+
+def _confinement(
+    settings: Settings, name: str, agent: AgentSettings, database_url: str | None
+) -> tuple[Confinement, str | None]:
+    from ..executors.isolation import ConfinementError, default_user, hide_for, resolve, user_ids
+
+    run_as = settings.worker.run_as
+    user = user_ids(run_as) if run_as else default_user()
+    files, ports = database_places(database_url or settings.db)
+    hidden = {hide_for(settings.source), hide_for(os.environ.get("AGENTQUEUE_CONFIG") or None)}
+    hidden.update(hide_for(f) for f in files)
+    try:
+        return resolve(
+            name,
+            agent,
+            user=user,
+            hidden=sorted(h for h in hidden if h),
+            deny_ports=ports,
+            keep_workdirs=settings.worker.keep_workdirs,
+        )
+    except ConfinementError as exc:
+        raise ConfigError(str(exc), exc.field) from None
