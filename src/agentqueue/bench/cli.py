@@ -22,7 +22,9 @@ def _missing_extras(progress: bool, chart: bool) -> list[str]:
 
 
 @click.command("bench", context_settings={"help_option_names": ["-h", "--help"]})
-@click.argument("benchmarks", nargs=-1, type=click.Choice(["all", *BENCHMARKS, "startup"]))
+@click.argument(
+    "benchmarks", nargs=-1, type=click.Choice(["all", *BENCHMARKS, "startup", "isolation"])
+)
 @click.option(
     "--n", "n", type=click.IntRange(min=10), help="Tasks per drain [default: 20,000; smoke: 500]."
 )
@@ -81,12 +83,20 @@ def bench(
     BENCHMARKS are any of drain, enqueue, latency, admission, backlog, scaling, cost, api,
     metrics, dashboard (default: all), and startup (not in all: the command's own start-up,
     ``--help`` and ``list`` on a small SQLite database, 20 runs each, 5 with --smoke; printed
-    only).
+    only), and isolation (not in all: the start of a command agent's attempt unsandboxed and
+    under bubblewrap, 20 attempts each, 5 with --smoke; printed only).
     Targets are checked and shown, never enforced: the exit code is 0 unless a benchmark failed.
     """
     if setup_peers:
         _setup_peers()
         return
+    if "isolation" in benchmarks:
+        from . import isolation
+
+        click.echo(isolation.report(isolation.measure(runs=5 if smoke else 20)))
+        benchmarks = tuple(b for b in benchmarks if b != "isolation")
+        if not benchmarks:
+            return
     if "startup" in benchmarks:
         from . import startup
 

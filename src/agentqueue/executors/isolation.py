@@ -145,6 +145,46 @@ def _under(path: str, roots: Iterable[str]) -> bool:
     return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
 
 
+_SYS_LANDLOCK_ADD_RULE = 445
+_LANDLOCK_ACCESS_NET_CONNECT_TCP = 1 << 1
+_LANDLOCK_RULE_NET_PORT = 2
+
+
+class _NetPortAttr(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("port", ctypes.c_uint64)]
+
+
+@functools.cache
+def landlock_ruleset(deny_ports: tuple[int, ...]) -> int:
+    """A Landlock ruleset (its descriptor, kept open for the process's life) allowing TCP
+    connections to every port but ``deny_ports``: Landlock's network rules are allow-lists of
+    ports (ABI 4, Linux 6.7+), so that is 65,535 rules, made once and enforced by each
+    attempt's launcher on its agent."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    syscall = libc.syscall
+    syscall.restype = ctypes.c_long
+    attr = (ctypes.c_uint64 * 2)(0, _LANDLOCK_ACCESS_NET_CONNECT_TCP)
+    fd = int(syscall(_SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(16), 0))
+    if fd < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"Landlock network rules are not available: {os.strerror(err)}")
+    denied = set(deny_ports)
+    rule = _NetPortAttr(_LANDLOCK_ACCESS_NET_CONNECT_TCP, 0)
+    ref = ctypes.byref(rule)
+    rule_type = ctypes.c_int(_LANDLOCK_RULE_NET_PORT)
+    ruleset = ctypes.c_int(fd)
+    for port in range(65536):
+        if port in denied:
+            continue
+        rule.port = port
+        if syscall(_SYS_LANDLOCK_ADD_RULE, ruleset, rule_type, ref, 0) != 0:
+            err = ctypes.get_errno()
+            os.close(fd)
+            raise OSError(err, f"Landlock: cannot allow port {port}: {os.strerror(err)}")
+    return fd
+
+
 def _parents_within(path: str, roots: Sequence[str]) -> list[str]:
     """The directories between the deepest root covering ``path`` and ``path``, outermost
     first."""

@@ -19,9 +19,9 @@ SPEC is a JSON object: ``command`` (argv list), ``parent_pid``, ``status_fd``, a
 ``program`` (the agent's program when ``command`` runs it through a sandbox: checked first, so
 that a missing one is reported as such), ``processes`` (RLIMIT_NPROC, for an agent whose user
 runs nothing else), ``cgroup_procs`` (the
-``cgroup.procs`` file of the attempt's pids cgroup, joined first), ``deny_ports`` (TCP ports it
-may not connect to: a Landlock ruleset allowing every other port), ``user`` ([uid, gid] to run
-as: supplementary groups dropped, then the group and the user) and ``ignore_signals`` (signal
+``cgroup.procs`` file of the attempt's pids cgroup, joined first), ``landlock_fd`` (a
+Landlock ruleset the worker made, enforced on the agent: the TCP ports it may connect to),
+``user`` ([uid, gid] to run as: supplementary groups dropped, then the group and the user) and ``ignore_signals`` (signal
 numbers ignored across exec: the bubblewrap between the launcher and the agent must survive the
 signals the worker sends the group; it gives them back to the agent). The status is one of
 ``{"exit": code, ...}``, ``{"signal": number, ...}`` (with ``cpu_secs`` and ``maxrss_kb`` of
@@ -100,47 +100,20 @@ def _limit(kind: int, soft: int, hard: int) -> None:
     resource.setrlimit(kind, (soft, hard))
 
 
-_SYS_LANDLOCK_CREATE_RULESET = 444
-_SYS_LANDLOCK_ADD_RULE = 445
 _SYS_LANDLOCK_RESTRICT_SELF = 446
-_LANDLOCK_ACCESS_NET_CONNECT_TCP = 1 << 1
-_LANDLOCK_RULE_NET_PORT = 2
 PR_SET_NO_NEW_PRIVS = 38
 
 
-class _NetPortAttr(ctypes.Structure):
-    _pack_ = 1
-    _fields_ = [("allowed_access", ctypes.c_uint64), ("port", ctypes.c_uint64)]
-
-
-def _deny_ports(ports: list[int]) -> None:
-    """Allow TCP connections to every port but ``ports`` (Landlock ABI 4, Linux 6.7+)."""
+def _restrict(ruleset_fd: int) -> None:
+    """Enforce the Landlock ruleset ``ruleset_fd`` (made once by the worker) on this process and
+    everything it starts."""
     syscall = _libc.syscall
     syscall.restype = ctypes.c_long
-    attr = (ctypes.c_uint64 * 2)(0, _LANDLOCK_ACCESS_NET_CONNECT_TCP)
-    fd = syscall(_SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(16), 0)
-    if fd < 0:
+    _prctl(PR_SET_NO_NEW_PRIVS, 1)
+    if syscall(_SYS_LANDLOCK_RESTRICT_SELF, ctypes.c_int(ruleset_fd), 0) != 0:
         err = ctypes.get_errno()
-        raise OSError(err, f"Landlock network rules are not available: {os.strerror(err)}")
-    try:
-        denied = set(ports)
-        rule = _NetPortAttr(_LANDLOCK_ACCESS_NET_CONNECT_TCP, 0)
-        ref = ctypes.byref(rule)
-        rule_type = ctypes.c_int(_LANDLOCK_RULE_NET_PORT)
-        ruleset = ctypes.c_int(fd)
-        for port in range(65536):
-            if port in denied:
-                continue
-            rule.port = port
-            if syscall(_SYS_LANDLOCK_ADD_RULE, ruleset, rule_type, ref, 0) != 0:
-                err = ctypes.get_errno()
-                raise OSError(err, f"Landlock: cannot allow port {port}: {os.strerror(err)}")
-        _prctl(PR_SET_NO_NEW_PRIVS, 1)
-        if syscall(_SYS_LANDLOCK_RESTRICT_SELF, ruleset, 0) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, f"Landlock: cannot restrict the agent: {os.strerror(err)}")
-    finally:
-        os.close(fd)
+        raise OSError(err, f"Landlock: cannot restrict the agent: {os.strerror(err)}")
+    os.close(ruleset_fd)
 
 
 def _find_program(name: str) -> None:
@@ -183,8 +156,8 @@ def _exec_agent(spec: dict[str, Any], launcher_pid: int, report_fd: int) -> None
             _limit(resource.RLIMIT_FSIZE, spec["file_bytes"], spec["file_bytes"])
         if spec.get("processes"):
             _limit(resource.RLIMIT_NPROC, spec["processes"], spec["processes"])
-        if spec.get("deny_ports"):
-            _deny_ports(spec["deny_ports"])
+        if spec.get("landlock_fd") is not None:
+            _restrict(spec["landlock_fd"])
         command = spec["command"]
         if spec.get("program"):
             _find_program(spec["program"])

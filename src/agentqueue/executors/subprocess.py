@@ -44,7 +44,14 @@ from ..domain.limits import JSONLimitError, parse_json
 from ..domain.models import Task
 from .base import AttemptControl, AttemptEnd, AttemptResult, LogChunk, ToolCallRequest
 from .capture import AgentProcess, LastLine
-from .isolation import Confinement, PidsCgroup, bwrap_command, default_user, resolve
+from .isolation import (
+    Confinement,
+    PidsCgroup,
+    bwrap_command,
+    default_user,
+    landlock_ruleset,
+    resolve,
+)
 
 log = logging.getLogger("agentqueue.worker")
 
@@ -367,6 +374,7 @@ class CommandAgent:
                 tmp_bytes=disk_bytes,
             )
         user = confinement.user
+        landlock = landlock_ruleset(confinement.deny_ports) if confinement.deny_ports else None
         spec = {
             "command": command,
             "program": self.command[0] if confinement.bwrap else None,
@@ -380,7 +388,7 @@ class CommandAgent:
             # for a user of the agents' own.
             "processes": self.settings.max_processes if cgroup is None and user else None,
             "cgroup_procs": cgroup.procs if cgroup is not None else None,
-            "deny_ports": list(confinement.deny_ports) or None,
+            "landlock_fd": landlock,
             # Under bwrap as root, the sandbox changes the user (see bwrap_command).
             "user": list(user) if user and not confinement.bwrap else None,
             "ignore_signals": [int(s) for s in _SANDBOX_SIGNALS] if confinement.bwrap else None,
@@ -403,7 +411,7 @@ class CommandAgent:
                 cwd=workdir,
                 env=self._environment(task, workdir),
                 start_new_session=True,
-                pass_fds=(status_w,),
+                pass_fds=(status_w,) if landlock is None else (status_w, landlock),
             )
         except OSError as exc:
             os.close(status_r)
