@@ -22,8 +22,9 @@ runs nothing else), ``cgroup_procs`` (the
 ``cgroup.procs`` file of the attempt's pids cgroup, joined first), ``landlock_fd`` (a
 Landlock ruleset the worker made, enforced on the agent: the TCP ports it may connect to),
 ``user`` ([uid, gid] to run as: supplementary groups dropped, then the group and the user)
-and ``ignore_signals`` (signal numbers ignored across exec: the bubblewrap between the launcher and the agent must survive the
-signals the worker sends the group; it gives them back to the agent). The status is one of
+and ``ignore_signals`` (signal numbers ignored across exec: the bubblewrap between the launcher
+and the agent must survive the signals the worker sends the group; it gives them back to the
+agent). The status is one of
 ``{"exit": code, ...}``, ``{"signal": number, ...}`` (with ``cpu_secs`` and ``maxrss_kb`` of
 the agent) or
 ``{"error": message}`` when the agent could not be started.
