@@ -18,8 +18,14 @@ AGENT = Path(__file__).with_name("e2e_agent.py")
 
 
 @pytest.fixture
-def config_file(tmp_path: Path) -> Path:
+def config_file(tmp_path: Path, request: pytest.FixtureRequest) -> Path:
     path = tmp_path / "agentqueue.toml"
+    # Tests that watch the agents' host pids (written to a file of the test's) run them
+    # unsandboxed, as the worker's user; the sandboxed tree's end is proven in
+    # tests/executors/test_isolation_adversarial.py.
+    host = request.node.get_closest_marker("host_processes") is not None
+    worker_extra = 'run_as = "root"' if host else ""
+    agent_extra = 'isolation = "none"' if host else ""
     path.write_text(
         f"""
 [queue]
@@ -34,12 +40,14 @@ jitter = 0.0
 poll_secs = 0.2
 grace_secs = 5
 workdir = "{tmp_path / "runs"}"
+{worker_extra}
 
 [agents.e2e]
 command = ["{sys.executable}", "{AGENT}"]
 task_types = ["agent"]
 max_concurrent = 20
 kill_grace_secs = 1
+{agent_extra}
 """
     )
     return path
@@ -69,6 +77,7 @@ async def until(predicate, within: float, what: str) -> float:
     return time.monotonic() - started
 
 
+@pytest.mark.host_processes
 async def test_cancel_kills_the_agent_and_its_grandchild_within_2_seconds(
     live_queue: AsyncQueue, start_worker, tmp_path: Path
 ) -> None:
@@ -98,6 +107,7 @@ async def test_cancel_kills_the_agent_and_its_grandchild_within_2_seconds(
     assert (last.to_state, last.actor, last.reason) == (S.CANCELLED, "operator", "not needed")
 
 
+@pytest.mark.host_processes
 async def test_timeout_kills_the_tree_and_counts_as_a_retryable_timeout(
     live_queue: AsyncQueue, start_worker, tmp_path: Path
 ) -> None:
@@ -183,6 +193,7 @@ async def test_200_agent_runs_from_20_tenants_each_see_only_their_own_task(
         }
 
 
+@pytest.mark.host_processes
 async def test_a_worker_killed_with_sigkill_leaves_no_agent_running(
     live_queue: AsyncQueue, start_worker, tmp_path: Path
 ) -> None:
