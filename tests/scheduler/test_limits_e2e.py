@@ -48,6 +48,7 @@ jitter = 0.0
 [worker]
 poll_secs = 0.2
 workdir = "{tmp_path / "runs"}"
+run_as = "root"
 
 [admission]
 max_active = 3
@@ -56,11 +57,13 @@ max_active = 3
 command = ["{sys.executable}", "{AGENT}"]
 task_types = ["slow"]
 max_concurrent = 2
+extra_rw = ["{tmp_path}"]
 
 [agents.quick]
 command = ["{sys.executable}", "{AGENT}"]
 task_types = ["quick"]
 max_concurrent = 2
+extra_rw = ["{tmp_path}"]
 """
     )
     record = tmp_path / "runs.log"

@@ -69,6 +69,7 @@ command = [{json.dumps(sys.executable)}, {json.dumps(str(AGENT))}, {json.dumps(n
 task_types = {json.dumps(list(task_types))}
 labels = {json.dumps(list(labels))}
 max_concurrent = {max_concurrent}
+extra_rw = [{{tmp}}]
 """
 
 
@@ -83,8 +84,11 @@ tick_secs = 0.2
 [worker]
 poll_secs = 0.2
 workdir = {json.dumps(str(tmp_path / "runs"))}
+run_as = "root"
 """
-        + "".join(sections),
+        # The agents record what they ran in the test's directory: writable in their sandbox,
+        # as the test's own user.
+        + "".join(sections).replace("{tmp}", json.dumps(str(tmp_path))),
         encoding="utf-8",
     )
     return config
