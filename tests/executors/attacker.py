@@ -32,7 +32,8 @@ def attempt(action: str, args: list[str]) -> dict[str, object]:
         return {"uid": os.getuid(), "gid": os.getgid(), "groups": os.getgroups()}
     if action == "read":
         with open(args[0], "rb") as f:
-            return {"data": f.read(65536).decode("utf-8", "replace")}
+            # NUL (environ's separator) as a newline: an agent result may not hold NUL.
+            return {"data": f.read(65536).decode("utf-8", "replace").replace("\0", "\n")}
     if action == "list":
         return {"entries": sorted(os.listdir(args[0]))}
     if action == "write":

@@ -305,6 +305,9 @@ class VerifyOut(_Out):
     events: int
     purged: int
     breaks: list[str]
+    problems: list[str]
+    """What does not hold beyond single chains: the global sequence, the anchors, the anchor
+    file, the append-only triggers (each in words)."""
 
 
 class HealthOut(_Out):
