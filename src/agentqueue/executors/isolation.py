@@ -345,6 +345,10 @@ def cgroups_usable() -> bool:
     return True
 
 
+_PROCESS_FILTERS = NetFilterShare()
+"""The network filter of agents built outside a worker (each worker has its own)."""
+
+
 class ConfinementError(Exception):
     """An agent's isolation cannot be had here; ``field`` names the setting at fault."""
 
@@ -366,8 +370,9 @@ def resolve(
     """The confinement of agent ``name`` and, when it falls back to no sandbox, why.
 
     A networked agent gets the filter of ``net_filters`` (the worker's, shared by its agents;
-    one of its own without it), which keeps it from the cloud metadata address; where it
-    cannot be had, ``net_filter_problem`` says why, for the worker's warning.
+    without it, the one of agents built alone in this process), which keeps it from the cloud
+    metadata address; where it cannot be had, ``net_filter_problem`` says why, for the worker's
+    warning.
 
     Raises :class:`ConfinementError` for an explicit ``isolation = "bwrap"`` that cannot work
     (with ``network = true``: nor keep the agent from the metadata address), or a network the
@@ -404,7 +409,7 @@ def resolve(
     net_problem: str | None = None
     if networked:
         try:
-            net_filter = (net_filters or NetFilterShare()).get()
+            net_filter = (net_filters or _PROCESS_FILTERS).get()
         except NetFilterUnavailable as exc:
             net_problem = str(exc)
         if net_problem is not None and settings.isolation == "bwrap" and settings.network:
