@@ -197,7 +197,8 @@ class AgentSettings(_Section):
     """``bwrap``: a bubblewrap sandbox; ``none``: limits, user and environment only. Unset:
     bwrap where it works (the worker warns at start when it does not)."""
     network: bool = False
-    """Keep the host's network under bwrap (the queue database's port stays closed)."""
+    """Keep the host's network under bwrap (the queue database's port and the cloud metadata
+    address stay closed)."""
     extra_ro: list[str] = Field(default_factory=list)
     """Paths the sandboxed agent sees read-only (at the same place), e.g. a repository."""
     extra_rw: list[str] = Field(default_factory=list)

@@ -9,6 +9,7 @@ payload (``{"action": ..., "args": [...]}``):
   write PATH                  create a file and write to it
   connect HOST PORT           open a TCP connection
   http HOST PORT              GET / over HTTP and return the body
+  udp HOST PORT               send one UDP datagram
   forkbomb                    fork sleeping children until the kernel refuses
   alloc MB                    allocate and touch MB mebibytes
   fill MB                     write MB mebibytes in 1 MiB files in the working directory
@@ -50,6 +51,10 @@ def attempt(action: str, args: list[str]) -> dict[str, object]:
             while chunk := s.recv(65536):
                 data += chunk
         return {"body": data.decode("utf-8", "replace").split("\r\n\r\n", 1)[-1]}
+    if action == "udp":
+        family = socket.AF_INET6 if ":" in args[0] else socket.AF_INET
+        with socket.socket(family, socket.SOCK_DGRAM) as s:
+            return {"sent": s.sendto(b"hello", (args[0], int(args[1])))}
     if action == "forkbomb":
         forked = 0
         try:

@@ -79,11 +79,15 @@ async def _measure(ways: list[tuple[str, dict[str, Any]]], root: Path, runs: int
         confinement, _ = resolve(name, settings, user=default_user(), deny_ports=[POSTGRES_PORT])
         agents.append(CommandAgent(name, settings, root, confinement=confinement))
     times: list[list[float]] = [[] for _ in agents]
-    for agent in agents:  # one attempt each to warm up, not counted
-        await _attempt_ms(agent)
-    for _ in range(runs):  # taken in turn, so a change of load weighs on each alike
-        for index, agent in enumerate(agents):
-            times[index].append(await _attempt_ms(agent))
+    try:
+        for agent in agents:  # one attempt each to warm up, not counted
+            await _attempt_ms(agent)
+        for _ in range(runs):  # taken in turn, so a change of load weighs on each alike
+            for index, agent in enumerate(agents):
+                times[index].append(await _attempt_ms(agent))
+    finally:
+        for agent in agents:
+            agent.close()  # the network filter's cgroup
     return [
         Figures(name, runs, _quantile(t, 0.5), _quantile(t, 0.9))
         for (name, _), t in zip(ways, times, strict=True)

@@ -1,9 +1,10 @@
 """What a command agent may reach: the bubblewrap sandbox around it, the user it runs as, its
-process cgroup and the network ports closed to it.
+process cgroup and the network ports and addresses closed to it.
 
-The worker decides this once per agent at start (:func:`confine`) and the attempt's launcher
+The worker decides this once per agent at start (:func:`resolve`) and the attempt's launcher
 (:mod:`agentqueue.executors.sandbox`) applies it in the agent's process before ``exec``: the
-process cgroup, the resource limits, the Landlock network rules, the user. Under bubblewrap the
+process cgroup, the network filter's cgroup (:mod:`agentqueue.executors.netfilter`), the
+resource limits, the Landlock network rules, the user. Under bubblewrap the
 agent sees the system read-only, its own working directory as the only writable place besides a
 private ``/tmp``, a ``/proc`` of its own PID namespace, no network unless asked, and none of the
 places listed in :data:`HIDDEN` nor the worker's configuration or database files.
@@ -21,11 +22,12 @@ import pwd
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from ..config import AgentSettings
+from .cgroups import remove_cgroup
+from .netfilter import METADATA_ADDRESSES, NetFilter, NetFilterShare, NetFilterUnavailable
 
 log = logging.getLogger("agentqueue.worker")
 
@@ -65,6 +67,11 @@ class Confinement:
     """Paths hidden from the agent besides :data:`HIDDEN` (configuration, database files)."""
     deny_ports: tuple[int, ...] = ()
     """TCP ports the agent may not connect to, on any host (Landlock), when it has a network."""
+    net_filter: NetFilter | None = None
+    """The cgroup whose BPF programs keep a networked agent from the cloud metadata address
+    (and the queue database's address), shared with the worker's other agents; None: the agent
+    has no network, or the filter cannot be had here (``net_filter_problem`` says why)."""
+    net_filter_problem: str | None = None
     extra_ro: tuple[str, ...] = ()
     extra_rw: tuple[str, ...] = ()
     keep_workdirs: str = "never"
@@ -326,19 +333,7 @@ class PidsCgroup:
 
     def remove(self) -> None:
         """Remove the group (its processes have ended; a straggler is killed first)."""
-        for _ in range(50):
-            try:
-                self.path.rmdir()
-                return
-            except FileNotFoundError:
-                return
-            except OSError:
-                with contextlib.suppress(OSError):
-                    for pid in (self.path / "cgroup.procs").read_text().split():
-                        with contextlib.suppress(OSError):
-                            os.kill(int(pid), 9)
-                time.sleep(0.02)
-        log.warning("could not remove the cgroup %s", self.path)
+        remove_cgroup(self.path)
 
 
 def cgroups_usable() -> bool:
@@ -348,6 +343,10 @@ def cgroups_usable() -> bool:
         return False
     probe.remove()
     return True
+
+
+_PROCESS_FILTERS = NetFilterShare()
+"""The network filter of agents built outside a worker (each worker has its own)."""
 
 
 class ConfinementError(Exception):
@@ -365,12 +364,19 @@ def resolve(
     user: tuple[int, int] | None,
     hidden: Sequence[str] = (),
     deny_ports: Sequence[int] = (),
+    net_filters: NetFilterShare | None = None,
     keep_workdirs: str = "never",
 ) -> tuple[Confinement, str | None]:
     """The confinement of agent ``name`` and, when it falls back to no sandbox, why.
 
-    Raises :class:`ConfinementError` for an explicit ``isolation = "bwrap"`` that cannot work,
-    or a network the database port cannot be closed on.
+    A networked agent gets the filter of ``net_filters`` (the worker's, shared by its agents;
+    without it, the one of agents built alone in this process), which keeps it from the cloud
+    metadata address; where it cannot be had, ``net_filter_problem`` says why, for the worker's
+    warning.
+
+    Raises :class:`ConfinementError` for an explicit ``isolation = "bwrap"`` that cannot work
+    (with ``network = true``: nor keep the agent from the metadata address), or a network the
+    database port cannot be closed on.
     """
     fallback: str | None = None
     bwrap = False
@@ -399,12 +405,28 @@ def resolve(
                 f"agents.{name}.network",
             )
         ports = ()  # said in the worker's warning about this agent
+    net_filter: NetFilter | None = None
+    net_problem: str | None = None
+    if networked:
+        try:
+            net_filter = (net_filters or _PROCESS_FILTERS).get()
+        except NetFilterUnavailable as exc:
+            net_problem = str(exc)
+        if net_problem is not None and settings.isolation == "bwrap" and settings.network:
+            raise ConfinementError(
+                f"the cloud metadata address ({METADATA_ADDRESSES[0]}) cannot be closed to the "
+                f"agent: {net_problem}. Run the worker as root on a host with cgroup v2, set "
+                "network = false, or leave isolation unset to run it with a warning",
+                f"agents.{name}.network",
+            )
     confinement = Confinement(
         bwrap=bwrap,
         network=settings.network,
         user=user,
         hidden=tuple(hidden),
         deny_ports=ports,
+        net_filter=net_filter,
+        net_filter_problem=net_problem,
         extra_ro=tuple(settings.extra_ro),
         extra_rw=tuple(settings.extra_rw),
         keep_workdirs="always" if settings.keep_workdir else keep_workdirs,

@@ -19,7 +19,9 @@ SPEC is a JSON object: ``command`` (argv list), ``parent_pid``, ``status_fd``, a
 ``program`` (the agent's program when ``command`` runs it through a sandbox: checked first, so
 that a missing one is reported as such), ``processes`` (RLIMIT_NPROC, for an agent whose user
 runs nothing else), ``cgroup_procs`` (the
-``cgroup.procs`` file of the attempt's pids cgroup, joined first), ``landlock_fd`` (a
+``cgroup.procs`` file of the attempt's pids cgroup, joined first), ``net_cgroup_procs`` (that of
+the worker's cgroup v2 network filter, joined too: see :mod:`agentqueue.executors.netfilter`;
+a failure to join fails the start), ``landlock_fd`` (a
 Landlock ruleset the worker made, enforced on the agent: the TCP ports it may connect to),
 ``user`` ([uid, gid] to run as: supplementary groups dropped, then the group and the user)
 and ``ignore_signals`` (signal numbers ignored across exec: the bubblewrap between the launcher
@@ -142,9 +144,12 @@ def _exec_agent(spec: dict[str, Any], launcher_pid: int, report_fd: int) -> None
             with contextlib.suppress(OSError, ValueError):
                 signal.signal(sig, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_SETMASK, ())
-        if spec.get("cgroup_procs"):
-            with open(spec["cgroup_procs"], "w") as f:
-                f.write(str(os.getpid()))
+        # A process is in one group of each hierarchy: the pids group is cgroup v1's, the
+        # network filter's cgroup v2's, so joining one leaves it in the other.
+        for procs in (spec.get("cgroup_procs"), spec.get("net_cgroup_procs")):
+            if procs:
+                with open(procs, "w") as f:
+                    f.write(str(os.getpid()))
         _limit(resource.RLIMIT_CORE, 0, 0)
         if spec.get("cpu_secs"):
             # SIGXCPU at the soft limit; the kernel's SIGKILL one second later if it is ignored.

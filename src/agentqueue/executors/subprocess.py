@@ -278,6 +278,7 @@ class CommandAgent:
             if fallback is not None:
                 log.warning("agent %s runs without a sandbox: %s", name, fallback)
         self.confinement = confinement
+        self._net_filter = confinement.net_filter
         self.task_types = frozenset(settings.task_types)
         self.agents = frozenset({name})
         self.max_concurrent = settings.max_concurrent
@@ -289,6 +290,13 @@ class CommandAgent:
         if os.sep in program and not os.path.isabs(program):
             program = os.path.abspath(program)
         self.command = [program, *args]
+
+    def close(self) -> None:
+        """Let go of what the agent shares with the worker's other agents: the network filter's
+        cgroup, removed with its last user (the worker calls this when it stops)."""
+        net_filter, self._net_filter = self._net_filter, None
+        if net_filter is not None:
+            net_filter.release()
 
     # --- the attempt ----------------------------------------------------------------------------
 
@@ -375,6 +383,7 @@ class CommandAgent:
             )
         user = confinement.user
         landlock = landlock_ruleset(confinement.deny_ports) if confinement.deny_ports else None
+        net_filter = confinement.net_filter
         spec = {
             "command": command,
             "program": self.command[0] if confinement.bwrap else None,
@@ -388,6 +397,7 @@ class CommandAgent:
             # for a user of the agents' own.
             "processes": self.settings.max_processes if cgroup is None and user else None,
             "cgroup_procs": cgroup.procs if cgroup is not None else None,
+            "net_cgroup_procs": net_filter.procs if net_filter is not None else None,
             "landlock_fd": landlock,
             # Under bwrap as root, the sandbox changes the user (see bwrap_command).
             "user": list(user) if user and not confinement.bwrap else None,

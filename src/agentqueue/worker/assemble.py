@@ -3,10 +3,13 @@ narrowed by the task types and agent names it was asked to serve."""
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import NamedTuple
 from urllib.parse import parse_qs, urlsplit
 from uuid import UUID
 
@@ -15,17 +18,28 @@ from ..domain.errors import ConfigError
 from ..executors.base import Executor
 from ..executors.inprocess import Handler, HandlerExecutor
 from ..executors.isolation import Confinement
+from ..executors.netfilter import METADATA_ADDRESSES, NetFilterShare
 
 log = logging.getLogger("agentqueue.worker")
 
 _POSTGRES_PORT = 5432
 
 
-def database_places(url: str | None) -> tuple[list[str], list[int]]:
-    """What of the queue's database an agent must not reach: the SQLite file (hidden with its
-    directory) or the PostgreSQL server's TCP port (closed to a networked agent)."""
+class DatabasePlaces(NamedTuple):
+    """What of the queue's database an agent must not reach."""
+
+    files: list[str]
+    """The SQLite file (hidden with its directory)."""
+    ports: list[int]
+    """The PostgreSQL server's TCP ports (closed to a networked agent, on any host)."""
+    endpoints: list[tuple[str, int]]
+    """The server's address and port, when the URL names an IP address (refused too)."""
+
+
+def database_places(url: str | None) -> DatabasePlaces:
+    """What of the queue's database (at ``url``) an agent must not reach."""
     if not url:
-        return [], []
+        return DatabasePlaces([], [], [])
     parts = urlsplit(url)
     if parts.scheme.startswith("sqlite"):
         from ..domain.errors import InvalidInput
@@ -34,8 +48,8 @@ def database_places(url: str | None) -> tuple[list[str], list[int]]:
         try:
             path, _ = parse_sqlite_url(url)
         except InvalidInput:
-            return [], []
-        return [os.path.abspath(path)], []
+            return DatabasePlaces([], [], [])
+        return DatabasePlaces([os.path.abspath(path)], [], [])
     if parts.scheme.startswith("postgres"):
         ports = {_POSTGRES_PORT}
         try:
@@ -43,11 +57,17 @@ def database_places(url: str | None) -> tuple[list[str], list[int]]:
                 ports = {parts.port}
         except ValueError:
             pass
-        for value in parse_qs(parts.query).get("port", []):
+        query = parse_qs(parts.query)
+        for value in query.get("port", []):
             if value.isdigit():
                 ports.add(int(value))
-        return [], sorted(ports)
-    return [], []
+        addresses = []
+        for host in [parts.hostname or "", *query.get("host", [])]:
+            with contextlib.suppress(ValueError):
+                addresses.append(str(ipaddress.ip_address(host)))
+        endpoints = [(address, port) for address in addresses for port in sorted(ports)]
+        return DatabasePlaces([], sorted(ports), endpoints)
+    return DatabasePlaces([], [], [])
 
 
 def _anchor(command: Sequence[str]) -> list[str]:
@@ -85,6 +105,9 @@ def build_executors(
     if chosen:
         executors.append(HandlerExecutor(chosen, concurrency, request_heartbeat))
     unsandboxed: list[str] = []
+    metadata_open: list[str] = []
+    # One network filter for the worker's networked agents (a cgroup and its BPF programs).
+    net_filters = NetFilterShare(database_places(database_url or settings.db).endpoints)
     for name, agent in settings.agents.items():
         if agents and name not in agents:
             continue
@@ -95,9 +118,17 @@ def build_executors(
 
         narrowed = agent.model_copy(update={"task_types": types, "command": _anchor(agent.command)})
         root = Path(settings.worker.workdir or ".agentqueue/runs")
-        confinement, fallback = _confinement(settings, name, narrowed, database_url)
+        try:
+            confinement, fallback = _confinement(
+                settings, name, narrowed, database_url, net_filters
+            )
+        except ConfigError:
+            _close(executors)
+            raise
         if fallback is not None:
             unsandboxed.append(f"{name} ({fallback})")
+        elif confinement.network and confinement.net_filter_problem is not None:
+            metadata_open.append(f"{name} ({confinement.net_filter_problem})")
         executors.append(CommandAgent(name, narrowed, root, confinement=confinement))
     if unsandboxed:
         log.warning(
@@ -106,22 +137,43 @@ def build_executors(
             'or set isolation = "none" on each to say this is meant.',
             "; ".join(unsandboxed),
         )
+    if metadata_open:
+        log.warning(
+            "WARNING: the cloud metadata address (%s) is REACHABLE from these networked "
+            "agents, which can read the host's cloud credentials there: %s. Run the worker as "
+            "root on a host with cgroup v2, or set network = false.",
+            " and ".join(METADATA_ADDRESSES),
+            "; ".join(metadata_open),
+        )
     if wanted is not None:
         served = {t for e in executors for t in e.task_types}
         missing = sorted(wanted - served)
         if missing:
+            _close(executors)
             raise ConfigError(f"no handler or agent serves task type {missing[0]!r}", "task_types")
     return executors
 
 
+def _close(executors: list[Executor]) -> None:
+    """Let go of what the executors made (the worker does this when it stops)."""
+    for executor in executors:
+        close = getattr(executor, "close", None)
+        if close is not None:
+            close()
+
+
 def _confinement(
-    settings: Settings, name: str, agent: AgentSettings, database_url: str | None
+    settings: Settings,
+    name: str,
+    agent: AgentSettings,
+    database_url: str | None,
+    net_filters: NetFilterShare,
 ) -> tuple[Confinement, str | None]:
     from ..executors.isolation import ConfinementError, default_user, hide_for, resolve, user_ids
 
     run_as = settings.worker.run_as
     user = user_ids(run_as) if run_as else default_user()
-    files, ports = database_places(database_url or settings.db)
+    files, ports, _ = database_places(database_url or settings.db)
     hidden = {hide_for(settings.source), hide_for(os.environ.get("AGENTQUEUE_CONFIG") or None)}
     hidden.update(hide_for(f) for f in files)
     try:
@@ -131,6 +183,7 @@ def _confinement(
             user=user,
             hidden=sorted(h for h in hidden if h),
             deny_ports=ports,
+            net_filters=net_filters,
             keep_workdirs=settings.worker.keep_workdirs,
         )
     except ConfinementError as exc:
