@@ -5,6 +5,7 @@ per ``[worker] keep_workdirs``."""
 from __future__ import annotations
 
 import logging
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +16,7 @@ from agent_harness import AGENT, control, make_task
 from agentqueue.config import load_settings
 from agentqueue.domain.errors import ConfigError
 from agentqueue.executors.base import AttemptEnd
-from agentqueue.executors.isolation import bwrap_problem
+from agentqueue.executors.isolation import Confinement, bwrap_command, bwrap_problem
 from agentqueue.executors.subprocess import CommandAgent
 from agentqueue.worker.assemble import build_executors
 
@@ -118,3 +119,28 @@ async def test_keep_workdirs_keeps_what_it_says(
     left = {p.name.split("-1-")[0] for p in runs.iterdir()}
     assert (str(done.id) in left) is kept_completed
     assert (str(failed.id) in left) is kept_failed
+
+
+def test_an_interpreter_in_a_virtual_environment_under_tmp_runs_sandboxed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sandbox's /tmp is private, so a worker whose Python lives under /tmp (a CI's fresh
+    virtual environment) binds its installation back, and the agent's command naming that
+    python (a file under the place bound back) must not be bound a second time."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    assert str(venv).startswith("/tmp/"), venv
+    monkeypatch.setattr(sys, "prefix", str(venv))
+    monkeypatch.setattr(sys, "exec_prefix", str(venv))
+    workdir = tmp_path / "runs" / "one"
+    workdir.mkdir(parents=True)
+    command = bwrap_command(
+        Confinement(bwrap=True),
+        [str(venv / "bin" / "python"), "-c", "import sys; print('ran in', sys.prefix)"],
+        workdir=workdir,
+        workdir_root=tmp_path / "runs",
+        tmp_bytes=None,
+    )
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"ran in {venv}"

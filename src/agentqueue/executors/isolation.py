@@ -260,12 +260,22 @@ def bwrap_command(
 
     # The worker's Python installation (agents often run the same interpreter) and the
     # command's own files (a script in a hidden place) come back, read-only.
+    # A path under one already bound back is there (and cannot be bound again: the place it
+    # would be mounted on is read-only), e.g. a virtual environment's python under /tmp.
+    back: list[str] = []
     for prefix in sorted({sys.base_prefix, sys.prefix, sys.base_exec_prefix, sys.exec_prefix}):
-        if os.path.isdir(prefix) and _under(prefix, covered) and prefix not in made:
+        if os.path.isdir(prefix) and _under(prefix, covered) and not _under(prefix, back):
             made.add(prefix)
+            back.append(prefix)
             bind("--ro-bind", prefix)
     for word in command:
-        if os.path.isabs(word) and os.path.isfile(word) and _under(word, covered):
+        if (
+            os.path.isabs(word)
+            and os.path.isfile(word)
+            and _under(word, covered)
+            and not _under(word, back)
+        ):
+            back.append(word)
             bind("--ro-bind", word)
     for path in confinement.extra_ro:
         bind("--ro-bind", path)
