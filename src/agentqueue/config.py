@@ -17,7 +17,6 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-import regex
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -252,6 +251,8 @@ class GuardrailSettings(_Section):
     @field_validator("pattern")
     @classmethod
     def _pattern(cls, pattern: str) -> str:
+        import regex  # loaded when a rule is configured (start-up time)
+
         try:
             regex.compile(pattern, regex.IGNORECASE)
         except (regex.error, RecursionError, OverflowError, ValueError) as exc:

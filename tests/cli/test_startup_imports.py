@@ -11,8 +11,15 @@ import sys
 from pathlib import Path
 
 HEAVY = ("fastapi", "uvicorn", "starlette", "httpx", "jinja2", "psycopg", "psycopg_pool",
-         "croniter", "tqdm", "rich", "prometheus_client")  # fmt: skip
+         "croniter", "tqdm", "rich", "prometheus_client", "regex", "hypothesis")  # fmt: skip
 """Libraries neither command needs."""
+HELP_ONLY = ("asyncio", "sqlite3", "pydantic", "pydantic_settings", "agentqueue.store.base",
+             "agentqueue.domain.states", "agentqueue.domain.models", "agentqueue.domain.audit",
+             "agentqueue.domain.deliveries", "agentqueue.domain.waiting",
+             "agentqueue.supervise")  # fmt: skip
+"""What ``--help`` and a bare ``import agentqueue.cli`` need no more than the heavy libraries:
+the event loop, the database driver, the configuration's validation and the rules of the
+domain load when a command runs."""
 OURS = (
     "agentqueue.api",
     "agentqueue.worker",
@@ -56,10 +63,29 @@ def test_help_loads_no_heavy_module() -> None:
     modules = loaded("--help")
     assert heavy(modules) == []
     assert "agentqueue.queue" not in modules and "agentqueue.config" not in modules
+    assert sorted(modules & set(HELP_ONLY)) == []
+
+
+def test_importing_the_command_loads_no_heavy_module() -> None:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("AGENTQUEUE_")}
+    probe = "import json, sys, agentqueue.cli; print(json.dumps(sorted(sys.modules)))"
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, env=environ
+    )
+    modules = set(json.loads(done.stdout))
+    assert "agentqueue.cli.processes" in modules  # every command was defined
+    assert heavy(modules) == []
+    assert sorted(modules & {*HELP_ONLY, "agentqueue.queue", "agentqueue.config"}) == []
 
 
 def test_list_on_sqlite_loads_no_heavy_module(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'small.db'}"
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("".join(f'{{"title": "t{i}", "task_type": "docs"}}\n' for i in range(5)))
+    subprocess.run(
+        [sys.executable, "-m", "agentqueue.cli", "--db", url, "submit", "--file", str(tasks)],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
     modules = loaded("--db", url, "list")
     assert "agentqueue.store.sqlite.dialect" in modules  # it did read the database
     assert heavy(modules) == []

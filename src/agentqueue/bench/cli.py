@@ -3,7 +3,6 @@ their extra dependencies, ``pip install 'agentqueue[bench]'``) load when the com
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
 import sys
 from pathlib import Path
@@ -124,6 +123,8 @@ def bench(
         redis_url=redis_url,
         progress=not no_progress,
     )
+    import asyncio
+
     try:
         report = asyncio.run(run(options))
     except KeyboardInterrupt:

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
-from ..domain.deliveries import DELIVERY_STATES, KINDS, DeliveryRecord
+from ..domain.delivery_kinds import DELIVERY_STATES, KINDS
 from .shell import _ago, _short, emit_json, run, table
+
+if TYPE_CHECKING:  # loaded when a command runs (start-up time)
+    from ..domain.deliveries import DeliveryRecord
 
 
 @click.group()

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import click
 
-from ..domain.models import Task
 from .shell import (
     _id,
     emit_json,
     print_page,
     run,
 )
+
+if TYPE_CHECKING:  # loaded when a command runs (start-up time)
+    from ..domain.models import Task
 
 
 def _person_action(name: str, verb: str, reason_required: bool = False) -> Callable[..., None]:

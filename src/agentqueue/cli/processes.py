@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import os
@@ -13,8 +12,6 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ..domain.errors import AgentQueueError, InvalidInput, StoreUnavailable
-from ..domain.waiting import Scope, Survey
-from ..supervise import until_reachable
 from .shell import (
     EXIT_BAD_INPUT,
     _log_to_stderr,
@@ -23,6 +20,9 @@ from .shell import (
 )
 
 if TYPE_CHECKING:  # loaded when the command runs (start-up time)
+    import asyncio
+
+    from ..domain.waiting import Scope, Survey
     from ..queue import AsyncQueue
 
 API_LOG = logging.getLogger("agentqueue.api")
@@ -95,7 +95,10 @@ def _run_worker(
     metrics_host: str,
     api: tuple[str, int] | None = None,
 ) -> None:
+    import asyncio
     import signal
+
+    from ..supervise import until_reachable
 
     _log_to_stderr(ctx)
     opts = ctx.find_root().obj
@@ -206,6 +209,8 @@ def _scope(queue: AsyncQueue, worker: Any) -> Scope:
     """What this process runs: its executors' task types and agents, its tools, and the task
     types its options left out."""
     serves = tuple((frozenset(e.task_types), frozenset(e.agents)) for e in worker.executors)
+    from ..domain.waiting import Scope
+
     every = set(queue.handlers)
     for agent in queue.settings.agents.values():
         every.update(agent.task_types)
@@ -231,6 +236,8 @@ def _report_left(worker_id: str, left: Survey) -> None:
 
 async def _api_started(server: Any, serving: asyncio.Task[None], sock: Any, host: str) -> None:
     """Wait until the API serves; say where (the port chosen when 0 was asked)."""
+    import asyncio
+
     from ..api.server import bound_port
 
     while not server.started:
@@ -336,9 +343,11 @@ def serve(
 @click.pass_context
 def api_cmd(ctx: click.Context, host: str | None, port: int | None, workers: int) -> None:
     """Run the HTTP API alone (several API processes may share one PostgreSQL)."""
+    import asyncio
     import signal
 
     from ..api.server import api_loop_factory, api_server, freeze_startup_heap, listen
+    from ..supervise import until_reachable
 
     log_format, log_level = _log_to_stderr(ctx)
     address = _api_address(ctx, host, port)
@@ -367,6 +376,7 @@ def _api_workers(
     """``agentqueue api --workers N``: migrate (waiting for the database as a lone API
     process would), then serve from N processes that make their queue from the environment."""
     from ..api.server import serve_workers
+    from ..supervise import until_reachable
 
     async def migrated(queue: AsyncQueue) -> None:
         await until_reachable(queue.open, API_LOG, "opening the database")
@@ -399,6 +409,7 @@ def scheduler(ctx: click.Context, holder: str | None) -> None:
     process sharing the database) and, while it leads, takes back lapsed leases, retries,
     settles dependencies, admits work under the limits, fires cron slots and purges dead
     letters. Workers run one by default; this is for deployments that run it apart."""
+    import asyncio
     import signal
 
     _log_to_stderr(ctx)

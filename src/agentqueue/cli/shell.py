@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import getpass
 import json
 import os
@@ -27,13 +26,15 @@ from ..domain.limits import (
     time_problem,
     utf8_text,
 )
-from ..domain.models import Event, Task
 from ..domain.priority import priority_name
-from ..domain.states import TaskState
+from ..domain.task_state import TaskState
 from ..ids import parse_task_id
 
-if TYPE_CHECKING:  # loaded when a command runs: --help needs neither (start-up time)
+if TYPE_CHECKING:  # loaded when a command runs: --help needs none of them (start-up time)
+    import asyncio
+
     from ..client import AsyncClient
+    from ..domain.models import Event, Task
     from ..queue import AsyncQueue
     from ..service.reads import TaskPage
 
@@ -103,6 +104,8 @@ def run(
             EXIT_BAD_INPUT,
         )
     token = _api_token(opts["token_env"])
+    import asyncio
+
     from ..client import AsyncClient
 
     async def go() -> T:
@@ -160,6 +163,8 @@ def run_db(
     their own loops decide. ``loop_factory`` makes the event loop (default: asyncio's).
     """
     opts = ctx.find_root().obj
+    import asyncio
+
     from ..queue import AsyncQueue
 
     async def go() -> T:

@@ -16,12 +16,10 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+from .delivery_kinds import ALERT_KIND as ALERT_KIND  # the name stays importable from here
 from .models import Event, Task
 from .priority import MIN_PRIORITY
 from .states import TaskState
-
-ALERT_KIND = "alert"
-"""The outbox kind of a dead-letter alert."""
 
 MAX_BACKOFF_SECS = 300.0
 

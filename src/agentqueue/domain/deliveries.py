@@ -20,15 +20,14 @@ from typing import Any
 from urllib.parse import urlsplit
 from uuid import UUID
 
-from .alerts import ALERT_KIND, dead_letter_alert, redact
+from .alerts import dead_letter_alert, redact
+from .delivery_kinds import ALERT_KIND
+from .delivery_kinds import CALLBACK_KIND as CALLBACK_KIND  # the names stay importable from here
+from .delivery_kinds import DELIVERY_STATES as DELIVERY_STATES
+from .delivery_kinds import GITHUB_REPLY_KIND as GITHUB_REPLY_KIND
+from .delivery_kinds import KINDS as KINDS
 from .models import Event, Task
 from .states import TaskState
-
-CALLBACK_KIND = "callback"
-"""The outbox kind of a task end POSTed to the task's callback_url (R17)."""
-GITHUB_REPLY_KIND = "github_reply"
-"""The outbox kind of a comment on the GitHub issue or PR a task came from."""
-KINDS = (ALERT_KIND, CALLBACK_KIND, GITHUB_REPLY_KIND)
 
 ENDS = frozenset(
     {TaskState.COMPLETED, TaskState.FAILED, TaskState.DEAD_LETTER, TaskState.CANCELLED}
@@ -233,8 +232,6 @@ def resolved_problem(addresses: Iterable[str], allow_private: bool) -> str | Non
 
 
 # --- deliveries as people inspect them ----------------------------------------------------------
-
-DELIVERY_STATES = ("pending", "delivered", "given_up")
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,10 @@ import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import regex
+if TYPE_CHECKING:  # loaded when a rule is compiled: most commands have none (start-up time)
+    import regex
 
 MATCH_TIMEOUT_SECS = 0.25
 """How long one pattern may search one field. A search that takes longer counts as a match: the
@@ -42,6 +43,8 @@ class Guardrail:
         approvers: Iterable[str] | None = None,
     ) -> Guardrail:
         """A rule from its configured values."""
+        import regex
+
         return cls(
             name,
             regex.compile(pattern, regex.IGNORECASE),

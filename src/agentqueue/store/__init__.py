@@ -1,11 +1,27 @@
-"""Storage: the only package that imports a database driver (ARCHITECTURE rule 1)."""
+"""Storage: the only package that imports a database driver (ARCHITECTURE rule 1).
+
+The protocol names of ``base`` are loaded when first used (PEP 562): ``agentqueue --help`` needs
+only DEFAULT_URL (start-up time)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..domain.errors import InvalidInput
-from .base import Change, DedupKey, Lease, NewTask, Store, TaskFilter, TaskHead, Tx
+from ..lazy import lazy_names
+
+if TYPE_CHECKING:
+    from .base import Change, DedupKey, Lease, NewTask, Store, TaskFilter, TaskHead, Tx
 
 DEFAULT_URL = "sqlite:///agentqueue.db"
+
+
+_WHERE = dict.fromkeys(
+    ("Change", "DedupKey", "Lease", "NewTask", "Store", "TaskFilter", "TaskHead", "Tx"), "base"
+)
+"""The module each lazily loaded name lives in (relative to this package)."""
+
+__getattr__ = lazy_names(__name__, _WHERE, globals())
 
 
 def describe_url(url: str) -> str:
