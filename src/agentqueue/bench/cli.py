@@ -48,6 +48,12 @@ def _missing_extras(progress: bool, chart: bool) -> list[str]:
     help="Run pgqueuer, procrastinate and Celery too [default: on, off with --smoke].",
 )
 @click.option(
+    "--sweep/--no-sweep",
+    default=None,
+    help="Run each peer over its grid of settings and report its best; without, each peer runs "
+    "at one setting (its best in an earlier run) [default: on, off with --smoke].",
+)
+@click.option(
     "--smoke", is_flag=True, help="Tiny sizes, to prove the benchmarks work (well under a minute)."
 )
 @click.option(
@@ -70,6 +76,7 @@ def bench(
     pg_url: str,
     out_dir: Path | None,
     peers: bool | None,
+    sweep: bool | None,
     smoke: bool,
     setup_peers: bool,
     redis_url: str,
@@ -120,6 +127,7 @@ def bench(
         pg_url=pg_url,
         out_dir=out_dir,
         peers=peers,
+        sweep=sweep,
         smoke=smoke,
         redis_url=redis_url,
         progress=not no_progress,
