@@ -34,7 +34,7 @@ def _missing_extras(progress: bool, chart: bool) -> list[str]:
     default=DEFAULT_PG,
     show_default=True,
     help="PostgreSQL database for the runs (created if missing; its agentqueue tables are "
-    "emptied). Peers use aq_bench_<peer> databases on the same server.",
+    "emptied). Peers use <database>_<peer> databases on the same server.",
 )
 @click.option(
     "--out",
@@ -66,7 +66,7 @@ def _missing_extras(progress: bool, chart: bool) -> list[str]:
     "redis_url",
     default=DEFAULT_REDIS,
     show_default=True,
-    help="Redis for Celery (only keys under aq_bench: are written and deleted).",
+    help="Redis for Celery (only keys under <database>: are written and deleted).",
 )
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON document after the table.")

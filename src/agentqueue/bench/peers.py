@@ -43,8 +43,8 @@ class Setting:
 @dataclass(frozen=True)
 class Peer:
     """A peer queue, how its driver is run, and the settings its sweep tries (its own
-    documented knobs). ``quick`` is the one setting run without a sweep: the best of the
-    swept run on the 2-core machine the README's figures come from."""
+    documented knobs). ``quick`` is the one setting run without a sweep: the best of a
+    swept run on a 2-core machine (README, Performance)."""
 
     name: str
     label: str
@@ -99,6 +99,7 @@ PEERS: tuple[Peer, ...] = (
         "procrastinate", "procrastinate (PostgreSQL)", PINNED["procrastinate"],
         "procrastinate_drain.py", "postgresql",
         tuple(procrastinate_setting(c) for c in (10, 50, 100)),
+        quick=2,
     ),
     Peer(
         "celery", "Celery (Redis)", PINNED["celery"], "celery_drain.py", "redis",
@@ -107,6 +108,7 @@ PEERS: tuple[Peer, ...] = (
             celery_setting("prefork", celery_concurrency(), 64),
             celery_setting("threads", 16, 64),
         ),
+        quick=2,
     ),
 )  # fmt: skip
 """The peers, each with the grid its sweep tries. Celery's pools: prefork (its default, one
