@@ -73,7 +73,8 @@ class Run:
 RUNS: tuple[Run, ...] = (
     Run("agentqueue-postgresql", f"{WORKER} (PostgreSQL)", "postgresql", "cli", "defaults"),
     Run(
-        "agentqueue-postgresql-c500", f"{WORKER} (PostgreSQL)", "postgresql", "cli",
+        "agentqueue-postgresql-c500", f"{WORKER[:-1]} --concurrency 500` (PostgreSQL)",
+        "postgresql", "cli",
         "--concurrency 500", ("--concurrency", "500"),
     ),
     Run("agentqueue-sqlite", f"{WORKER} (SQLite)", "sqlite", "cli", "defaults"),
@@ -90,7 +91,7 @@ HEADLINE = "agentqueue-postgresql"
 """The system every peer is compared with: the worker a user starts, on PostgreSQL."""
 LABELS: dict[str, str] = {
     **{r.key: r.label for r in RUNS},
-    **{p.name: f"{p.label} {p.version}" for p in PEERS},
+    **{p.name: p.label.replace(" (", f" {p.version} (", 1) for p in PEERS},
 }
 
 
