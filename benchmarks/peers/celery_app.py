@@ -1,8 +1,8 @@
 """The Celery app of the Celery drain driver: one no-op task, acks_late (a task survives a
 worker crash, as a durable agent queue must), results ignored.
 
-Every Redis key it uses starts with ``aq_bench:`` so the driver can clean up after itself
-without touching anything else in the Redis database.
+Every Redis key it uses starts with ``aq_bench:`` (or ``PEER_KEY_PREFIX``) so the driver can
+clean up after itself without touching anything else in the Redis database.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import os
 from celery import Celery
 
 BROKER = os.environ.get("PEER_REDIS_URL", "redis://127.0.0.1:6379/0")
-KEY_PREFIX = "aq_bench:"
+KEY_PREFIX = os.environ.get("PEER_KEY_PREFIX", "aq_bench:")
 QUEUE = "celery"
 
 app = Celery("aq_bench_peer", broker=BROKER, backend=None)

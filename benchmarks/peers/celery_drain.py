@@ -1,12 +1,16 @@
-"""Drain driver for Celery 5.7.0 with Redis: preload N no-op tasks, then one worker process
-(prefork, C processes) drains them. Prints one JSON line.
+"""Drain driver for Celery 5.7.0 with Redis: preload N no-op tasks, then start one worker
+process (pool P with C workers, prefetch multiplier M) and watch Redis until every task is
+acknowledged. Prints one JSON line.
 
-Run with the interpreter of ``.peers/``: ``.peers/bin/python celery_drain.py N C``;
-``PEER_REDIS_URL`` names the Redis database (only its ``aq_bench:`` keys are touched).
+Run with the interpreter of ``.peers/``: ``.peers/bin/python celery_drain.py N C [P [M]]``
+(P ``prefork`` or ``threads``, M 4 by default); ``PEER_REDIS_URL`` names the Redis database
+(only its ``aq_bench:`` keys, or ``PEER_KEY_PREFIX``, are touched), ``PEER_DEADLINE``
+(seconds) stops the worker if it has not finished by then.
 
-The drain time runs from the worker's first fetch (the queue gets shorter) until the queue is
-empty and nothing is left unacknowledged, so it leaves out the worker's start-up;
-``drain_with_start_per_s`` counts from starting the worker process, as the shared script does.
+Celery keeps no completion times, so this process looks every 5 ms: the clocks run from the
+worker's process start (wall clock, taken just before it is started) to the first look that
+finds the queue empty and nothing unacknowledged, and from the first look that finds the queue
+shorter (the first claim). ``PEER_ANALYZE`` means nothing here (Redis has no planner).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ def clean(r: redis.Redis) -> None:
         r.delete(*keys)
 
 
-def main(n: int, concurrency: int) -> dict[str, object]:
+def main(n: int, concurrency: int, pool: str, prefetch: int) -> dict[str, object]:
     """Preload, drain, and report."""
     r = redis.Redis.from_url(BROKER)
     clean(r)
@@ -41,46 +45,57 @@ def main(n: int, concurrency: int) -> dict[str, object]:
     with app.producer_or_acquire() as producer:
         for _ in range(n):
             noop.apply_async(producer=producer)
-    t1 = time.perf_counter()
+    enqueue_secs = time.perf_counter() - t0
     if r.llen(queue_key) != n:
         raise SystemExit(f"expected {n} messages in {queue_key}, found {r.llen(queue_key)}")
+    deadline = float(os.environ.get("PEER_DEADLINE", "600"))
+    spawned = time.time()
     worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "celery_app", "worker", "-P", "prefork",
-         "-c", str(concurrency), "-l", "WARNING",
+        [sys.executable, "-m", "celery", "-A", "celery_app", "worker", "-P", pool,
+         "-c", str(concurrency), "--prefetch-multiplier", str(prefetch), "-l", "WARNING",
          "--without-gossip", "--without-mingle", "--without-heartbeat"],
         cwd=HERE,
     )  # fmt: skip
-    t2 = time.perf_counter()
-    first = None
+    first = last = None
+    left = n
+    timed_out = False
     try:
         while True:
             waiting, unacked = r.llen(queue_key), r.hlen(unacked_key)
-            now = time.perf_counter()
+            now = time.time()
+            left = waiting + unacked
             if first is None and waiting < n:
                 first = now
-            if waiting == 0 and unacked == 0:
+            if left == 0:
+                last = now
                 break
             if worker.poll() is not None:
-                raise SystemExit(f"the Celery worker exited with code {worker.returncode}")
-            time.sleep(0.01)
-        t3 = time.perf_counter()
+                break
+            if now - spawned > deadline:
+                timed_out = True
+                break
+            time.sleep(0.005)
     finally:
         worker.terminate()
         worker.wait()
         clean(r)
-    assert first is not None
     return {
         "system": "celery",
         "n": n,
-        "concurrency": concurrency,
-        "pool": "prefork",
-        "enqueue_per_s": n / (t1 - t0),
-        "drain_per_s": n / (t3 - first),
-        "drain_secs": t3 - first,
-        "drain_with_start_per_s": n / (t3 - t2),
-        "worker_start_secs": first - t2,
+        "knobs": {"pool": pool, "concurrency": concurrency, "prefetch_multiplier": prefetch},
+        "enqueue_per_s": n / enqueue_secs,
+        "statistics": None,
+        "done": n - left,
+        "spawned_at": spawned,
+        "first_claim_at": first,
+        "last_done_at": last,
+        "worker_exit": worker.returncode,
+        "timed_out": timed_out,
     }
 
 
 if __name__ == "__main__":
-    print(json.dumps(main(int(sys.argv[1]), int(sys.argv[2]))))
+    argv = sys.argv[1:]
+    pool = argv[2] if len(argv) > 2 else "prefork"
+    prefetch = int(argv[3]) if len(argv) > 3 else 4
+    print(json.dumps(main(int(argv[0]), int(argv[1]), pool, prefetch)))

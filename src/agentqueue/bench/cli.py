@@ -33,7 +33,7 @@ def _missing_extras(progress: bool, chart: bool) -> list[str]:
     default=DEFAULT_PG,
     show_default=True,
     help="PostgreSQL database for the runs (created if missing; its agentqueue tables are "
-    "emptied). Peers use aq_bench_<peer> databases on the same server.",
+    "emptied). Peers use <database>_<peer> databases on the same server.",
 )
 @click.option(
     "--out",
@@ -45,6 +45,12 @@ def _missing_extras(progress: bool, chart: bool) -> list[str]:
     "--peers/--no-peers",
     default=None,
     help="Run pgqueuer, procrastinate and Celery too [default: on, off with --smoke].",
+)
+@click.option(
+    "--sweep/--no-sweep",
+    default=None,
+    help="Run each peer over its grid of settings and report its best; without, each peer runs "
+    "at one setting (its best in an earlier run) [default: on, off with --smoke].",
 )
 @click.option(
     "--smoke", is_flag=True, help="Tiny sizes, to prove the benchmarks work (well under a minute)."
@@ -59,7 +65,7 @@ def _missing_extras(progress: bool, chart: bool) -> list[str]:
     "redis_url",
     default=DEFAULT_REDIS,
     show_default=True,
-    help="Redis for Celery (only keys under aq_bench: are written and deleted).",
+    help="Redis for Celery (only keys under <database>: are written and deleted).",
 )
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON document after the table.")
@@ -69,6 +75,7 @@ def bench(
     pg_url: str,
     out_dir: Path | None,
     peers: bool | None,
+    sweep: bool | None,
     smoke: bool,
     setup_peers: bool,
     redis_url: str,
@@ -119,6 +126,7 @@ def bench(
         pg_url=pg_url,
         out_dir=out_dir,
         peers=peers,
+        sweep=sweep,
         smoke=smoke,
         redis_url=redis_url,
         progress=not no_progress,

@@ -26,7 +26,6 @@ class Sizes:
     """How much work each benchmark does."""
 
     drain_n: int = 20_000
-    procrastinate_cap: int = 5_000
     enqueue_one: int = 2_000
     enqueue_bulk: int = 20_000
     latency_rate: float = 50.0
@@ -76,7 +75,6 @@ class Sizes:
             n = n or 500
             return cls(
                 drain_n=n,
-                procrastinate_cap=min(n, 500),
                 enqueue_one=100,
                 enqueue_bulk=n,
                 latency_secs=1.5,
@@ -220,6 +218,8 @@ class BenchContext:
     progress: Progress = field(default_factory=lambda: Progress(0, enabled=False))
     peers_skipped: str = "not asked for"
     """Why the peers are not run (when they are not)."""
+    sweep: bool = True
+    """Each peer over its grid of settings (else at its one quick setting)."""
     _files: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     def sqlite_url(self, label: str) -> str:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..store.admin import drop_database, ensure_database, with_dbname
+from ..store.admin import dbname, drop_database, ensure_database, with_dbname
 from .common import BenchContext
 from .procs import run_command
 
@@ -32,15 +32,32 @@ DRIVERS_DIR = Path("benchmarks") / "peers"
 
 
 @dataclass(frozen=True)
+class Setting:
+    """One setting of a peer's own knobs: the driver's arguments and how the report names it."""
+
+    args: tuple[str, ...]
+    label: str
+    knobs: dict[str, Any]
+
+
+@dataclass(frozen=True)
 class Peer:
-    """A peer queue and how its driver is run."""
+    """A peer queue, how its driver is run, and the settings its sweep tries (its own
+    documented knobs). ``quick`` is the one setting run without a sweep: the best of a
+    swept run on a 2-core machine (README, Performance)."""
 
     name: str
     label: str
+    version: str
     script: str
     store: str
-    args: tuple[str, ...]
-    settings: str
+    grid: tuple[Setting, ...]
+    quick: int = 0
+
+    @property
+    def quick_setting(self) -> Setting:
+        """The setting run without a sweep."""
+        return self.grid[self.quick]
 
 
 def celery_concurrency() -> int:
@@ -48,20 +65,54 @@ def celery_concurrency() -> int:
     return os.cpu_count() or 1
 
 
+def pgqueuer_setting(concurrency: int, batch: int) -> Setting:
+    """pgqueuer's ``max_concurrent_tasks`` and ``batch_size`` (it needs C >= 2B)."""
+    return Setting(
+        (str(concurrency), str(batch)),
+        f"C={concurrency}, B={batch}",
+        {"concurrency": concurrency, "batch": batch},
+    )
+
+
+def procrastinate_setting(concurrency: int) -> Setting:
+    """procrastinate's worker ``concurrency``."""
+    return Setting((str(concurrency),), f"C={concurrency}", {"concurrency": concurrency})
+
+
+def celery_setting(pool: str, concurrency: int, prefetch: int) -> Setting:
+    """Celery's ``--pool``, ``--concurrency`` and ``--prefetch-multiplier`` (acks_late)."""
+    return Setting(
+        (str(concurrency), pool, str(prefetch)),
+        f"{pool} {concurrency}, prefetch {prefetch}",
+        {"pool": pool, "concurrency": concurrency, "prefetch_multiplier": prefetch},
+    )
+
+
 PEERS: tuple[Peer, ...] = (
     Peer(
-        "pgqueuer", "pgqueuer (PostgreSQL)", "pgqueuer_drain.py", "postgresql", ("20", "10"),
-        "concurrency 20, batch 10",
+        "pgqueuer", "pgqueuer (PostgreSQL)", PINNED["pgqueuer"], "pgqueuer_drain.py",
+        "postgresql",
+        tuple(pgqueuer_setting(c, b) for c, b in ((20, 10), (100, 50), (200, 100), (500, 100))),
+        quick=3,
     ),
     Peer(
-        "procrastinate", "procrastinate (PostgreSQL)", "procrastinate_drain.py", "postgresql",
-        ("10",), "concurrency 10",
+        "procrastinate", "procrastinate (PostgreSQL)", PINNED["procrastinate"],
+        "procrastinate_drain.py", "postgresql",
+        tuple(procrastinate_setting(c) for c in (10, 50, 100)),
+        quick=2,
     ),
     Peer(
-        "celery", "Celery (Redis)", "celery_drain.py", "redis", (str(celery_concurrency()),),
-        f"prefork, concurrency {celery_concurrency()} (one per core), acks_late",
+        "celery", "Celery (Redis)", PINNED["celery"], "celery_drain.py", "redis",
+        (
+            celery_setting("prefork", celery_concurrency(), 4),
+            celery_setting("prefork", celery_concurrency(), 64),
+            celery_setting("threads", 16, 64),
+        ),
+        quick=2,
     ),
 )  # fmt: skip
+"""The peers, each with the grid its sweep tries. Celery's pools: prefork (its default, one
+process per core) and threads (built in; eventlet and gevent need packages of their own)."""
 
 
 def find_root() -> Path | None:
@@ -131,14 +182,30 @@ def check_peers(root: Path | None) -> tuple[Path | None, str]:
     return python, ""
 
 
-async def run_peer(ctx: BenchContext, peer: Peer, n: int, analyze: bool = False) -> dict[str, Any]:
-    """Run one peer's drain driver and return its JSON result; with ``analyze`` its tables get
-    planner statistics after the preload."""
+def peer_database(ctx: BenchContext, peer: Peer) -> str:
+    """The peer's own database, named after the run's (``aq_bench`` -> ``aq_bench_pgqueuer``)."""
+    return with_dbname(ctx.pg_url, f"{dbname(ctx.pg_url)}_{peer.name}")
+
+
+async def run_peer(
+    ctx: BenchContext,
+    peer: Peer,
+    setting: Setting,
+    n: int,
+    analyze: bool,
+    deadline: float,
+    env_extra: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """Run one peer's drain driver at one setting and return its JSON result (its clocks and
+    how many tasks it finished); with ``analyze`` its tables get planner statistics after the
+    preload; its worker is stopped after ``deadline`` seconds."""
     assert ctx.peers_python is not None and ctx.peers_dir is not None
     env = dict(os.environ)
     env["PEER_ANALYZE"] = "1" if analyze else "0"
+    env["PEER_DEADLINE"] = str(deadline)
+    env.update(env_extra or {})
     if peer.store == "postgresql":
-        dsn = with_dbname(ctx.pg_url, f"aq_bench_{peer.name}")
+        dsn = peer_database(ctx, peer)
         # A new database every run: statistics left from an analyzed run survive TRUNCATE and
         # would leak into the run without them.
         await drop_database(dsn)
@@ -146,7 +213,11 @@ async def run_peer(ctx: BenchContext, peer: Peer, n: int, analyze: bool = False)
         env["PEER_DSN"] = dsn
     else:
         env["PEER_REDIS_URL"] = ctx.redis_url
-    cmd = [str(ctx.peers_python), str(ctx.peers_dir / peer.script), str(n), *peer.args]
-    result = await run_command(cmd, ctx.work_dir, peer.name, within=max(180.0, n / 20), env=env)
-    result["settings"] = peer.settings
+        env["PEER_KEY_PREFIX"] = f"{dbname(ctx.pg_url)}:"
+    cmd = [str(ctx.peers_python), str(ctx.peers_dir / peer.script), str(n), *setting.args]
+    # The driver preloads, then waits for its worker at most ``deadline`` seconds.
+    within = deadline + max(120.0, n / 100)
+    result = await run_command(cmd, ctx.work_dir, peer.name, within=within, env=env)
+    result["setting"] = setting.label
+    result["knobs"] = setting.knobs
     return result

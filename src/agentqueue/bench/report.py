@@ -56,6 +56,9 @@ def markdown(doc: dict[str, Any], rows: Sequence[Row]) -> str:
     notes += [n for result in doc["results"].values() for n in result.get("notes", [])]
     if notes:
         parts += ["", "Notes:", "", *(f"- {n}" for n in notes)]
+    sections = [r["markdown"] for r in doc["results"].values() if r.get("markdown")]
+    for section in sections:
+        parts += ["", section]
     if doc["errors"]:
         parts += ["", "Errors:", "", *(f"- {e.splitlines()[0]}" for e in doc["errors"])]
     return "\n".join(parts) + "\n"

@@ -64,6 +64,7 @@ class Options:
     pg_url: str = "postgresql://postgres@127.0.0.1:5432/aq_bench"
     out_dir: Path | None = None
     peers: bool | None = None
+    sweep: bool | None = None
     smoke: bool = False
     redis_url: str = "redis://127.0.0.1:6379/0"
     progress: bool = True
@@ -115,9 +116,8 @@ async def run(options: Options) -> RunReport:
     if facts["postgresql_autovacuum"] != "on" and "drain" in selected:
         notes.append(
             "autovacuum is off on this PostgreSQL server, so no table gets planner statistics by "
-            "itself: the drain runs twice, as every system ships (new databases, no statistics) "
-            "and with ANALYZE after every preload (pgqueuer and procrastinate are much faster "
-            "with statistics; agentqueue's plans do not depend on them)."
+            "itself: the drain runs ANALYZE after every preload, for every system, as autovacuum "
+            "would on a production server."
         )
     errors: list[str] = []
     want_peers = (not options.smoke) if options.peers is None else options.peers
@@ -143,6 +143,7 @@ async def run(options: Options) -> RunReport:
             peers_dir=None if root is None else root / "benchmarks" / "peers",
             redis_url=options.redis_url,
             peers_skipped=skipped,
+            sweep=(not options.smoke) if options.sweep is None else options.sweep,
         )
         total = sum(MODULES[name].steps(ctx) for name in selected)
         ctx.progress = Progress(total, enabled=options.progress)
@@ -182,6 +183,7 @@ async def run(options: Options) -> RunReport:
             "benchmarks": [b for b in BENCHMARKS if b in options.benchmarks],
             "smoke": options.smoke,
             "peers": python is not None,
+            "sweep": ctx.sweep,
             "pg": redact(options.pg_url),
             "redis": redact(options.redis_url) if python is not None else None,
             "sizes": asdict(sizes),

@@ -1,0 +1,190 @@
+"""The drain benchmark is fair: every system on the same N and the same two clocks, with
+planner statistics, agentqueue started as a user starts it, each peer swept over its own
+knobs and reported at its best, and a system that does not finish all N reported failed.
+
+The runs are tiny (no speed is asserted: the figures only have to be there and be
+consistent). The peer tests need the peers' environment (``agentqueue bench --setup-peers``);
+without it they are skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from agentqueue.bench.common import BenchContext, Sizes
+from agentqueue.bench.drain import best, clocks, peer_run, rows, sweep, tables
+from agentqueue.bench.peers import PEERS, check_peers, find_root
+
+PG_SERVER = os.environ.get("AGENTQUEUE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+pytestmark = pytest.mark.postgres
+
+
+def is_rate(value: object) -> bool:
+    return isinstance(value, int | float) and math.isfinite(value) and value > 0
+
+
+@pytest.fixture
+def bench_db() -> Iterator[str]:
+    """The URL of a database for the run (the bench creates it, and the peers' databases named
+    after it); all dropped afterwards."""
+    name = f"aq_bench_drain_{os.getpid()}"
+    base, _, _ = PG_SERVER.rpartition("/")
+
+    def drop() -> None:
+        with psycopg.connect(PG_SERVER, autocommit=True) as admin:
+            for db in (name, *(f"{name}_{p.name}" for p in PEERS)):
+                admin.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+
+    drop()
+    yield f"{base}/{name}"
+    drop()
+
+
+def test_drain_reports_both_clocks_and_statistics(bench_db: str, tmp_path: Path) -> None:
+    out = tmp_path / "results"
+    done = subprocess.run(
+        [sys.executable, "-m", "agentqueue.cli", "bench", "drain", "--smoke", "--n", "100",
+         "--no-peers", "--pg", bench_db, "--out", str(out), "--no-progress"],
+        capture_output=True,
+        text=True,
+        timeout=600,  # a generous bound: the machines are shared
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr[-4000:]}"
+    drain = json.loads((out / "results.json").read_text())["results"]["drain"]
+    systems = drain["systems"]
+    assert set(systems) == {
+        "agentqueue-postgresql",
+        "agentqueue-postgresql-c500",
+        "agentqueue-sqlite",
+        "agentqueue-tuned-postgresql",
+        "agentqueue-tuned-sqlite",
+    }
+    # As a user starts it: the command, default flags (one row with --concurrency 500).
+    assert systems["agentqueue-postgresql"]["command"] == "agentqueue worker --app m:queue"
+    assert systems["agentqueue-postgresql"]["setting"] == "defaults"
+    assert systems["agentqueue-postgresql-c500"]["command"].endswith("--concurrency 500")
+    for entry in [*systems.values(), *drain["no_statistics"].values()]:
+        assert entry["status"] == "ok" and entry["done"] == entry["n"] == 100
+        assert is_rate(entry["drain_per_s"]) and is_rate(entry["claim_to_done_per_s"])
+        # Both clocks end at the same completion; the first claim comes after the start.
+        assert entry["claim_to_done_secs"] <= entry["drain_secs"]
+        assert entry["start_to_first_claim_secs"] >= 0
+    # The default pass has statistics (ANALYZE after the preload); the other pass has none.
+    for key in ("agentqueue-postgresql", "agentqueue-postgresql-c500"):
+        assert systems[key]["analyzed"] is True
+        assert systems[key]["statistics"]["reltuples"] > 0
+        assert systems[key]["statistics"]["last_analyze"] is not None
+    plain = drain["no_statistics"]["agentqueue-postgresql"]
+    assert plain["analyzed"] is False and plain["statistics"]["reltuples"] <= 0
+    text = (out / "results.md").read_text()
+    assert "| system | setting | process start -> last completion | first claim -> last" in text
+    assert "Without statistics (information only):" in text
+
+
+def peers_python() -> Path | None:
+    python, _ = check_peers(find_root())
+    return python
+
+
+needs_peers = pytest.mark.skipif(
+    peers_python() is None, reason="no peers' environment (agentqueue bench --setup-peers)"
+)
+
+
+def context(pg_url: str, work: Path) -> BenchContext:
+    root = find_root()
+    assert root is not None
+    return BenchContext(
+        pg_url=pg_url,
+        out_dir=work,
+        work_dir=work,
+        sizes=Sizes.for_run(100, smoke=True),
+        smoke=True,
+        peers=True,
+        peers_python=peers_python(),
+        peers_dir=root / "benchmarks" / "peers",
+    )
+
+
+PGQUEUER = next(p for p in PEERS if p.name == "pgqueuer")
+
+
+@needs_peers
+def test_a_peer_is_swept_and_reported_at_its_best(bench_db: str, tmp_path: Path) -> None:
+    ctx = context(bench_db, tmp_path)
+    errors: list[str] = []
+    settings = PGQUEUER.grid[:2]
+    top = asyncio.run(sweep(ctx, PGQUEUER, settings, 100, True, errors))
+    assert errors == []
+    entries = top["sweep"]
+    labels = [s.label for s in settings]
+    assert [e["setting"] for e in entries] == labels == ["C=20, B=10", "C=100, B=50"]
+    for entry in entries:
+        assert entry["status"] == "ok" and entry["done"] == 100
+        assert is_rate(entry["drain_per_s"]) and is_rate(entry["claim_to_done_per_s"])
+        assert entry["claim_to_done_secs"] <= entry["drain_secs"]
+        # ANALYZE ran on the peer's table after its preload.
+        assert entry["analyzed"] is True and entry["statistics"]["reltuples"] > 0
+    fastest = max(entries, key=lambda e: e["drain_per_s"])
+    assert top["setting"] == fastest["setting"] and top["drain_per_s"] == fastest["drain_per_s"]
+    assert top["knobs"] == fastest["knobs"]
+
+
+@needs_peers
+@pytest.mark.parametrize(
+    ("deadline", "env", "why"),
+    [
+        (0.01, {}, "not finished within 0s"),  # an impossible deadline
+        (120.0, {"PEER_FAIL": "1"}, "0 of 100 tasks finished"),  # a failing handler
+    ],
+)
+def test_a_peer_that_does_not_finish_is_reported_failed(
+    bench_db: str, tmp_path: Path, deadline: float, env: dict[str, str], why: str
+) -> None:
+    ctx = context(bench_db, tmp_path)
+    entry = asyncio.run(peer_run(ctx, PGQUEUER, PGQUEUER.grid[0], 100, True, deadline, env))
+    assert entry["status"] == "failed" and entry["error"] == why
+    assert entry["drain_per_s"] is None and entry["claim_to_done_per_s"] is None
+    assert entry["done"] < 100
+
+
+def ok(rate: float) -> dict[str, Any]:
+    return {**clocks(100, 100, 0.0, 1.0, 100 / rate), "setting": f"{rate:g}"}
+
+
+def test_a_failed_peer_gets_no_rate_and_no_ratio() -> None:
+    failed = {**clocks(100, 99, 0.0, 1.0, 2.0), "setting": "C=1"}
+    assert failed["status"] == "failed" and failed["error"] == "99 of 100 tasks finished"
+    assert failed["drain_per_s"] is None
+    assert best([failed]) is None
+    assert best([failed, ok(50.0), ok(80.0)])["setting"] == "80"
+    result: dict[str, Any] = {
+        "n": 100,
+        "systems": {
+            "agentqueue-postgresql": {**ok(100.0), "setting": "defaults"},
+            "pgqueuer": {**failed, "sweep": [failed]},
+        },
+    }
+    from agentqueue.bench.drain import ratios
+
+    result["ratios"] = ratios(result)
+    assert result["ratios"][0]["ratio"] is None
+    shown = {r.system: r for r in rows(result)}
+    peer = next(r for name, r in shown.items() if name.startswith("pgqueuer"))
+    assert peer.figure.startswith("failed: 99 of 100") and peer.value is None
+    target = next(r for r in shown.values() if r.target)
+    assert target.met is None
+    assert "peer failed" in tables(result)
