@@ -5,7 +5,8 @@ batches, the store's own named queries ``claim`` and ``complete`` (read by name 
 store's query files, so it follows any change to them) with the parameters the store sends,
 over psycopg directly, pipelined as the drain worker is (``claims_in_flight`` claims and
 ``flushes_in_flight`` completions under way at once, each on a connection of its own, as the
-store's pool gives them). No Python between the statements but handing each claimed row's id
+store's pool gives them, and no more tasks claimed and not completed than the worker's
+concurrency). No Python between the statements but handing each claimed row's id
 and lock_token to a completion batch.
 
 The parameters are taken, not rebuilt: the first claim batch and its completion go through
@@ -95,8 +96,11 @@ async def capture(url: str, batch: int) -> tuple[dict[str, Any], dict[str, Any],
     return found["claim"], found["complete"], len(tasks)
 
 
-async def run_floor(url: str, n_left: int, claims: int, flushes: int, batch: int) -> dict[str, Any]:
-    """Drain the ``n_left`` queued tasks at ``url`` with nothing but the two statements."""
+async def run_floor(
+    url: str, n_left: int, claims: int, flushes: int, batch: int, concurrency: int
+) -> dict[str, Any]:
+    """Drain the ``n_left`` queued tasks at ``url`` with nothing but the two statements, at
+    most ``concurrency`` tasks claimed and not yet completed (the worker's slots)."""
     claim_params, complete_params, _ = await capture(url, batch)
     # capture() took one batch; the floor times the rest.
     queries = load_queries("postgres")
@@ -110,14 +114,17 @@ async def run_floor(url: str, n_left: int, claims: int, flushes: int, batch: int
         for _ in range(claims + flushes)
     ]
     claimed: asyncio.Queue[list[dict[str, Any]] | None] = asyncio.Queue()
+    slots = asyncio.Semaphore(max(1, concurrency // batch))  # claim batches the slots hold
     completed = 0
     batches = {"claim": 0, "complete": 0}
 
     async def claimer(conn: psycopg.AsyncConnection[Any]) -> None:
         while True:
+            await slots.acquire()
             cur = await conn.execute(claim_sql, claim_params, prepare=True)
             rows = await cur.fetchall()
             if not rows:
+                slots.release()
                 return
             batches["claim"] += 1
             claimed.put_nowait(rows)
@@ -128,18 +135,20 @@ async def run_floor(url: str, n_left: int, claims: int, flushes: int, batch: int
             first = await claimed.get()
             if first is None:
                 return
-            rows = list(first)
+            rows, taken = list(first), 1
             while len(rows) < OUTCOMES_PER_BATCH and not claimed.empty():
                 more = claimed.get_nowait()
                 if more is None:
                     claimed.put_nowait(None)  # for the next completer
                     break
-                rows += more
+                rows, taken = rows + more, taken + 1
             items = [{"id": str(r["id"]), "token": str(r["lock_token"]), **template} for r in rows]
             params = {**complete_params, "rows": json.dumps(items)}
             cur = await conn.execute(complete_sql, params, prepare=True)
             completed += len(await cur.fetchall())
             batches["complete"] += 1
+            for _ in range(taken):
+                slots.release()
 
     try:
         started = time.perf_counter()
@@ -174,7 +183,9 @@ async def run(ctx: BenchContext) -> dict[str, Any]:
     queue = AsyncQueue(url, actor="bench")
     try:
         queued = await count(queue, TaskState.QUEUED)
-        floor = await run_floor(url, queued - min(batch, queued), claims, flushes, batch)
+        floor = await run_floor(
+            url, queued - min(batch, queued), claims, flushes, batch, ctx.sizes.drain_concurrency
+        )
         done = await count(queue, TaskState.COMPLETED)
     finally:
         await queue.close()
@@ -185,6 +196,7 @@ async def run(ctx: BenchContext) -> dict[str, Any]:
     drained = await drain_agentqueue(ctx, "postgresql", n, ctx.sizes.drain_concurrency)
     ctx.progress.done()
     settings = {
+        "concurrency": ctx.sizes.drain_concurrency,
         "claim_batch": batch,
         "claims_in_flight": claims,
         "flushes_in_flight": flushes,
@@ -202,8 +214,9 @@ async def run(ctx: BenchContext) -> dict[str, Any]:
             f"queries {' and '.join(QUERIES)} run, with the parameters the store sends (taken "
             "from one batch claimed and completed through the public API first, not timed), "
             f"over psycopg: claim batches of {batch}, {claims} claims and {flushes} completions "
-            f"under way at once (as the drain worker), a completion taking every claimed row "
-            f"at hand up to {OUTCOMES_PER_BATCH}. Only the ids and lock_tokens pass between.",
+            f"under way at once and at most {ctx.sizes.drain_concurrency} tasks claimed and not "
+            "completed (as the drain worker), a completion taking every claimed row at hand up "
+            f"to {OUTCOMES_PER_BATCH}. Only the ids and lock_tokens pass between.",
             f"Drain: the drain benchmark's (one worker process, concurrency "
             f"{ctx.sizes.drain_concurrency}, same N), right after, on a fresh database.",
         ],
