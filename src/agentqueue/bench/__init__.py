@@ -14,6 +14,12 @@ table, a JSON file with every figure and a chart of the drain comparison. The mo
 - ``cost``: CPU and peak RSS of an idle and of a busy worker;
 - ``dashboard``: server-side render time of the dashboard's overview and tasks page with
   1,000,000 tasks in the table on PostgreSQL;
+- ``routed``: drain and latency with six command agents configured (every task through the
+  routing planner) and with a global cap, against the same with neither;
+- ``agent``: end-to-end command agents (``true``): tasks per second, and the overhead of an
+  attempt over a bare fork+exec of the same command;
+- ``floor``: the claim and complete statements alone (the physical limit), and the drain as a
+  fraction of it;
 - ``api``: the HTTP API (a server process, a load process) against the Python API: single
   submits from 16 connections, bulk submits, and GET latency at a steady rate;
 - ``metrics``: a ``/metrics`` scrape (read afresh and rendered) with 1M tasks in the table.
@@ -34,6 +40,9 @@ BENCHMARKS: tuple[str, ...] = (
     "api",
     "metrics",
     "dashboard",
+    "routed",
+    "agent",
+    "floor",
 )
 """Every benchmark, in the order of the report."""
 

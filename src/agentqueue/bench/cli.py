@@ -83,14 +83,14 @@ def bench(
     as_json: bool,
 ) -> None:
     """Measure agentqueue (and its peers) on this machine: drain, enqueue, latency, admission,
-    backlog, scaling, cost, api, metrics, dashboard. Prints a markdown table; writes JSON,
-    markdown and a drain chart.
+    backlog, scaling, cost, api, metrics, dashboard, routed, agent, floor. Prints a markdown
+    table; writes JSON, markdown and a drain chart.
 
     BENCHMARKS are any of drain, enqueue, latency, admission, backlog, scaling, cost, api,
-    metrics, dashboard (default: all), and startup (not in all: the command's own start-up,
-    ``--help`` and ``list`` on a small SQLite database, 20 runs each, 5 with --smoke; printed
-    only), and isolation (not in all: the start of a command agent's attempt unsandboxed and
-    under bubblewrap, 20 attempts each, 5 with --smoke; printed only).
+    metrics, dashboard, routed, agent, floor (default: all), and startup (not in all: the
+    command's own start-up, ``--help`` and ``list`` on a small SQLite database, 20 runs each, 5
+    with --smoke; printed only), and isolation (not in all: the start of a command agent's
+    attempt unsandboxed and under bubblewrap, 20 attempts each, 5 with --smoke; printed only).
     Targets are checked and shown, never enforced: the exit code is 0 unless a benchmark failed.
     """
     if setup_peers:

@@ -21,14 +21,17 @@ from ..store.admin import ensure_database, scalar, server_version
 from . import (
     BENCHMARKS,
     admission,
+    agent,
     api,
     backlog,
     cost,
     dashboard,
     drain,
     enqueue,
+    floor,
     latency,
     metrics,
+    routed,
     scaling,
 )
 from .common import BenchContext, Progress, Row, Sizes
@@ -48,11 +51,15 @@ MODULES: dict[str, ModuleType] = {
     "api": api,
     "metrics": metrics,
     "dashboard": dashboard,
+    "routed": routed,
+    "agent": agent,
+    "floor": floor,
 }
-RUN_ORDER = (
+RUN_ORDER: tuple[str, ...] = (
     "drain", "enqueue", "latency", "admission", "scaling", "cost", "api", "backlog", "metrics",
     "dashboard",
 )  # fmt: skip
+RUN_ORDER += ("routed", "agent", "floor")
 
 
 @dataclass

@@ -1,0 +1,99 @@
+"""``agentqueue bench routed agent floor --smoke``: the paths users take and the physical floor
+run end to end and report their figures with their settings. No speed is asserted."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+PG_SERVER = os.environ.get("AGENTQUEUE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+def bench_db() -> Iterator[str]:
+    """The URL of a database for the run (the bench creates it); dropped afterwards."""
+    name = f"aq_bench_paths_{os.getpid()}"
+    base, _, _ = PG_SERVER.rpartition("/")
+    with psycopg.connect(PG_SERVER, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    yield f"{base}/{name}"
+    with psycopg.connect(PG_SERVER, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def test_paths_and_floor_report_their_figures(bench_db: str, tmp_path: Path) -> None:
+    out = tmp_path / "results"
+    done = subprocess.run(
+        [sys.executable, "-m", "agentqueue.cli", "bench", "routed", "agent", "floor", "--smoke",
+         "--pg", bench_db, "--out", str(out), "--no-progress"],
+        capture_output=True,
+        text=True,
+        timeout=900,  # a generous bound: the machines are shared
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr[-4000:]}"
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["errors"] == []
+    assert set(doc["results"]) == {"routed", "agent", "floor"}
+
+    routed = doc["results"]["routed"]
+    n = doc["options"]["sizes"]["drain_n"]
+    assert len(routed["settings"]["agents"]) == 6
+    assert routed["settings"]["capped"] == "admission.max_active = 1000"
+    # The routed drain went through the planner: pending until the scheduler admitted it.
+    assert routed["sanity"]["pending_after_preload"] == n
+    assert routed["sanity"]["drain_admit"]["admit_actor"] == "scheduler"
+    assert routed["passes"]["drain_capped"]["pending_after_preload"] == n
+    assert routed["passes"]["drain_unrouted"]["pending_after_preload"] == 0
+    for way in ("unrouted", "routed", "capped"):
+        assert routed["passes"][f"drain_{way}"]["n"] == n
+        assert is_number(routed["passes"][f"drain_{way}"]["drain_per_s"])
+        latency = routed["latency"][way]
+        assert is_number(latency["p50_ms"]) and latency["p50_ms"] <= latency["p99_ms"]
+    assert is_number(routed["routed_ratio"]) and is_number(routed["capped_ratio"])
+
+    agent = doc["results"]["agent"]
+    attempts = agent["attempts"]
+    assert attempts["default"]["sandbox"]  # bubblewrap here, or why not
+    assert attempts["none"]["sandbox"].startswith("none")
+    for way in ("none", "default"):
+        assert is_number(attempts[way]["overhead_p50_ms"])
+        assert is_number(attempts[way]["overhead_p99_ms"])
+        drained = agent["end_to_end"][way]
+        assert drained["routed_to"] == "bench_true" and drained["n"] > 0
+        assert is_number(drained["agent_tasks_per_s"]) and drained["agent_tasks_per_s"] > 0
+    assert is_number(attempts["bare_fork_exec"]["p50_ms"])
+
+    floor = doc["results"]["floor"]
+    settings = floor["settings"]
+    assert settings["queries"] == ["claim", "complete"]
+    assert settings["claim_batch"] >= 1 and settings["claims_in_flight"] >= 1
+    # One batch went through the public API first (to take the parameters), the floor the rest.
+    assert floor["floor"]["n"] == n - min(settings["claim_batch"], n)
+    assert is_number(floor["floor"]["floor_per_s"]) and floor["floor"]["claim_batches"] >= 1
+    assert floor["drain"]["n"] == n and is_number(floor["fraction"])
+
+    targets = {(t["benchmark"], t["figure"].split(":")[0]) for t in doc["targets"]}
+    assert {
+        ("routed", "routed / unrouted"),
+        ("routed", "capped / unrouted"),
+        ("routed", "p99, routed"),
+        ("routed", "p50, capped"),
+        ("agent", "attempt over fork+exec, p50"),
+        ("floor", "drain / floor"),
+    } <= targets
+    assert "| floor | floor program" in done.stdout
