@@ -4,12 +4,13 @@ knobs and reported at its best, and a system that does not finish all N reported
 
 The runs are tiny (no speed is asserted: the figures only have to be there and be
 consistent). The peer tests need the peers' environment (``agentqueue bench --setup-peers``);
-without it they are skipped.
+without it the first of them makes it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import math
 import os
@@ -24,7 +25,7 @@ import pytest
 
 from agentqueue.bench.common import BenchContext, Sizes
 from agentqueue.bench.drain import best, clocks, peer_run, rows, sweep, tables
-from agentqueue.bench.peers import PEERS, check_peers, find_root
+from agentqueue.bench.peers import PEERS, check_peers, find_root, setup_peers
 
 PG_SERVER = os.environ.get("AGENTQUEUE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
 
@@ -99,9 +100,23 @@ def peers_python() -> Path | None:
     return python
 
 
-needs_peers = pytest.mark.skipif(
-    peers_python() is None, reason="no peers' environment (agentqueue bench --setup-peers)"
-)
+@pytest.fixture(scope="session")
+def peers_env() -> Path:
+    """The peers' environment, made here when missing (never skipped: on a fresh checkout the
+    first test to need it installs the pinned peers, one test process at a time)."""
+    root = find_root()
+    assert root is not None
+    with open(root / ".peers.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        python = peers_python()
+        if python is None:
+            setup_peers(root)
+            python = peers_python()
+    assert python is not None, "the peers' environment could not be made"
+    return python
+
+
+needs_peers = pytest.mark.usefixtures("peers_env")
 
 
 def context(pg_url: str, work: Path) -> BenchContext:
