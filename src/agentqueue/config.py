@@ -58,7 +58,9 @@ class QueueSettings(_Section):
     deadline_grace_secs: float = Field(default=10.0, ge=0, le=3600)
     max_payload_bytes: int = Field(default=DEFAULT_MAX_PAYLOAD_BYTES, ge=1024, le=64 * 1024 * 1024)
     default_tenant: str = DEFAULT_TENANT
-    claim_batch: int = Field(default=100, ge=1, le=10_000)
+    claim_batch: int | None = Field(default=None, ge=1, le=10_000)
+    """Tasks a worker claims per statement; unset: derived from its slots and the backend
+    (see agentqueue.worker.tuning)."""
     admit_on_submit: bool = True
     """Admit a task that may run at once as it is submitted, instead of at the scheduler's next
     pass (its pending -> queued step is recorded either way)."""
@@ -293,16 +295,18 @@ class PipelineSettings(_Section):
 class WorkerSettings(_Section):
     """How workers run."""
 
-    concurrency: int = Field(default=10, ge=1, le=10_000)
+    concurrency: int | None = Field(default=None, ge=1, le=10_000)
+    """Slots per worker; unset: 500 when it runs only async in-process handlers, else 10 (see
+    agentqueue.worker.tuning)."""
     heartbeat_secs: float | None = Field(default=None, gt=0, le=600)
     grace_secs: float = Field(default=30.0, ge=0, le=3600)
     cancel_grace_secs: float = Field(default=0.5, ge=0, le=60)
     poll_secs: float = Field(default=1.0, gt=0, le=60)
-    claims_in_flight: int = Field(default=2, ge=1, le=64)
+    claims_in_flight: int | None = Field(default=None, ge=1, le=64)
     """Claims a worker keeps under way at once (the database works on one while the worker
-    handles another)."""
-    flushes_in_flight: int = Field(default=2, ge=1, le=64)
-    """Batches of outcomes a worker writes at once."""
+    handles another); unset: derived from the slots and the backend."""
+    flushes_in_flight: int | None = Field(default=None, ge=1, le=64)
+    """Batches of outcomes a worker writes at once; unset: derived like the claims."""
     lease_guard: float = Field(default=0.8, gt=0, lt=1)
     """Heartbeats failing for this fraction of ``[queue] lease_ttl_secs``: the worker stops its
     running attempts (recording no outcome) before their leases lapse."""

@@ -595,21 +595,33 @@ class AsyncQueue:
         ``deliver_before_exit``: once stopped, try each delivery due then once before
         returning (``--until-idle``). ``origin``: where the database and settings came
         from, said in the start line."""
-        from .worker.assemble import build_executors
+        from .worker.assemble import build_executors, only_async_handlers
         from .worker.runner import Worker, WorkerOptions, default_worker_id
+        from .worker.tuning import tune
 
         conf = self.settings.worker
+        tuning = tune(
+            self.store.dialect,
+            only_async_handlers=only_async_handlers(
+                self.settings, self.handlers, task_types, agents
+            ),
+            concurrency=concurrency or conf.concurrency,
+            claim_batch=self.settings.queue.claim_batch,
+            claims_in_flight=conf.claims_in_flight,
+            flushes_in_flight=conf.flushes_in_flight,
+        )
         options = WorkerOptions(
             worker_id=worker_id or default_worker_id(),
-            concurrency=concurrency or conf.concurrency,
+            concurrency=tuning.concurrency,
             run_scheduler=run_scheduler,
             grace_secs=conf.grace_secs if grace_secs is None else grace_secs,
             heartbeat_secs=conf.heartbeat_secs,
             poll_secs=conf.poll_secs,
             cancel_grace_secs=conf.cancel_grace_secs,
-            claim_batch=self.settings.queue.claim_batch,
-            claims_in_flight=conf.claims_in_flight,
-            flushes_in_flight=conf.flushes_in_flight,
+            claim_batch=tuning.claim_batch,
+            claims_in_flight=tuning.claims_in_flight,
+            flushes_in_flight=tuning.flushes_in_flight,
+            tuning=tuning.describe(),
             lease_guard=conf.lease_guard,
             tool_timeout_secs=self.settings.tools.timeout_secs,
             tool_concurrency=self.settings.tools.concurrency,

@@ -30,8 +30,10 @@ def start_line(tmp_path: Path, *args: str, **env: str) -> str:
     (tmp_path / "start_app.py").write_text(APP)
     environ = {k: v for k, v in os.environ.items() if not k.startswith("AGENTQUEUE_")}
     environ.update(AGENTQUEUE_LOG_LEVEL="INFO", **env)
+    before, _, after = " ".join(args).partition(" worker-args ")
     done = subprocess.run(
-        [str(AGENTQUEUE), *args, "worker", "--app", "start_app:queue", "--until-idle"],
+        [str(AGENTQUEUE), *before.split(), "worker", "--app", "start_app:queue", "--until-idle",
+         *after.split()],
         cwd=tmp_path, env=environ, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -69,6 +71,24 @@ def test_defaults_are_said(tmp_path: Path) -> None:
         tmp_path, "--db", f"sqlite:///{tmp_path / 'q.db'}", AQ_TEST_APP_DB="sqlite:///unused.db"
     )
     assert "(database from --db; settings: defaults, no config file)" in line, line
+    # Handlers in threads: few slots; the batch and the claims in flight follow them.
+    assert line.endswith(
+        "handlers(noop); concurrency 10 (derived), claim batch 5 (derived), claims in flight 2 "
+        "(derived), outcome writes in flight 2 (derived)"
+    ), line
+
+
+def test_explicit_speed_settings_are_said_as_set(tmp_path: Path) -> None:
+    config = tmp_path / "conf.toml"
+    config.write_text("[worker]\nclaims_in_flight = 3\n")
+    line = start_line(
+        tmp_path, "--db", f"sqlite:///{tmp_path / 'q.db'}", "--config", str(config),
+        "worker-args", "--concurrency", "64", AQ_TEST_APP_DB="sqlite:///unused.db",
+    )  # fmt: skip
+    assert line.endswith(
+        "concurrency 64 (set), claim batch 22 (derived), claims in flight 3 (set), "
+        "outcome writes in flight 3 (derived)"
+    ), line
 
 
 def test_a_database_is_described_without_user_password_or_query() -> None:

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timedelta
-
-import httpx
+from typing import TYPE_CHECKING
 
 from ..domain.alerts import ALERT_KIND, alert_backoff_secs, redact
 from ..service.runtime import Runtime
 from ..store.base import OutboxRow
+
+if TYPE_CHECKING:  # imported where a delivery is sent: a worker starts without it
+    import httpx
 from .outbox import BATCH, Deliverer, Try
 
 log = logging.getLogger("agentqueue.alerts")

@@ -27,9 +27,9 @@ import random
 import socket
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
-import httpx
 from standardwebhooks.webhooks import Webhook
 
 from ..config import DeliverySettings
@@ -38,6 +38,9 @@ from ..domain.deliveries import CALLBACK_KIND, backoff_secs, resolved_problem
 from ..service.runtime import Runtime
 from ..store.base import OutboxRow
 from .outbox import Try
+
+if TYPE_CHECKING:  # imported where a delivery is sent: a worker starts without it
+    import httpx
 
 log = logging.getLogger("agentqueue.deliveries")
 
@@ -139,6 +142,8 @@ class CallbackChannel:
             "webhook-signature": webhook.sign(msg_id, now, body),
         }
         extensions = {"sni_hostname": host} if parts.scheme.lower() == "https" else {}
+        import httpx
+
         auth: httpx.Auth | None = None
         if parts.username is not None:  # user info cannot stay in a URL naming the address
             auth = httpx.BasicAuth(parts.username, parts.password or "")

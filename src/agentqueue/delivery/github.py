@@ -24,11 +24,7 @@ import json
 import logging
 import os
 from datetime import UTC, datetime, timedelta
-from typing import Any
-
-import httpx
-from jinja2 import Template
-from jinja2.sandbox import SandboxedEnvironment
+from typing import TYPE_CHECKING, Any
 
 from ..domain.alerts import redact
 from ..domain.deliveries import GITHUB_REPLY_KIND
@@ -36,6 +32,10 @@ from ..service.runtime import Runtime
 from ..store.base import OutboxRow
 from .callbacks import next_within_horizon
 from .outbox import Try
+
+if TYPE_CHECKING:  # imported where a reply is sent: a worker starts without them
+    import httpx
+    from jinja2 import Template
 
 log = logging.getLogger("agentqueue.deliveries")
 
@@ -75,7 +75,7 @@ class GitHubReplyChannel:
 
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
-        self._env = SandboxedEnvironment(autoescape=False)
+        self._env: Any = None
         self._templates: dict[str, Template] = {}
 
     @property
@@ -106,6 +106,10 @@ class GitHubReplyChannel:
         text = self.rt.settings.github.reply_template
         template = self._templates.get(text)
         if template is None:
+            if self._env is None:  # jinja2 is imported when the first reply is written
+                from jinja2.sandbox import SandboxedEnvironment
+
+                self._env = SandboxedEnvironment(autoescape=False)
             template = self._templates[text] = self._env.from_string(text)
         result = body.get("result")
         fields = {

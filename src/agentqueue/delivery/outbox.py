@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 from uuid import UUID, uuid4
-
-import httpx
 
 from ..domain.alerts import redact
 from ..domain.errors import AgentQueueError, StoreUnavailable
@@ -33,6 +32,9 @@ from ..service.runtime import Runtime
 from ..store.base import CHANNEL_OUTBOX, DeliveryResult, OutboxRow
 from ..supervise import Outage, cancel_requested
 from ..wakeups import follow, wait_event
+
+if TYPE_CHECKING:  # imported where a delivery is sent: a worker starts without it
+    import httpx
 
 log = logging.getLogger("agentqueue.deliveries")
 
@@ -55,7 +57,10 @@ class _MaskUrls(logging.Filter):
     remain)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if isinstance(record.args, tuple) and any(isinstance(a, httpx.URL) for a in record.args):
+        httpx = sys.modules.get("httpx")  # none of its URLs before it is imported
+        if httpx is None or not isinstance(record.args, tuple):
+            return True
+        if any(isinstance(a, httpx.URL) for a in record.args):
             record.args = tuple(
                 redact(str(a)) if isinstance(a, httpx.URL) else a for a in record.args
             )
@@ -163,7 +168,12 @@ class Deliverer:
         if not rows:
             self.held.discard(token)
             return 0, False
-        http = self.client or httpx.AsyncClient(timeout=channel.timeout_secs)
+        if self.client is None:
+            import httpx
+
+            http = httpx.AsyncClient(timeout=channel.timeout_secs)
+        else:
+            http = self.client
         try:
             tries = await asyncio.gather(*(self._try(channel, http, row) for row in rows))
         finally:

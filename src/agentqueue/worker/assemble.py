@@ -16,7 +16,7 @@ from uuid import UUID
 from ..config import AgentSettings, Settings
 from ..domain.errors import ConfigError
 from ..executors.base import Executor
-from ..executors.inprocess import Handler, HandlerExecutor
+from ..executors.inprocess import Handler, HandlerExecutor, is_async_callable
 from ..executors.isolation import Confinement
 from ..executors.netfilter import METADATA_ADDRESSES, NetFilterShare
 
@@ -80,6 +80,37 @@ def _anchor(command: Sequence[str]) -> list[str]:
     ]
 
 
+def _chosen_handlers(
+    handlers: Mapping[str, Handler],
+    task_types: Sequence[str] | None,
+    agents: Sequence[str] | None,
+) -> dict[str, Handler]:
+    """The handlers a worker runs: all, or those of ``task_types``; none when it was asked for
+    agents only."""
+    if agents and not task_types:
+        return {}
+    wanted = set(task_types) if task_types else None
+    return {t: h for t, h in handlers.items() if wanted is None or t in wanted}
+
+
+def only_async_handlers(
+    settings: Settings,
+    handlers: Mapping[str, Handler],
+    task_types: Sequence[str] | None = None,
+    agents: Sequence[str] | None = None,
+) -> bool:
+    """Whether every task a worker so asked runs goes to an async in-process handler (no
+    handler in a thread, no command agent): then it can hold hundreds of slots."""
+    chosen = _chosen_handlers(handlers, task_types, agents)
+    if not chosen or not all(is_async_callable(h) for h in chosen.values()):
+        return False
+    wanted = set(task_types) if task_types else None
+    return not any(
+        (not agents or name in agents) and any(wanted is None or t in wanted for t in a.task_types)
+        for name, a in settings.agents.items()
+    )
+
+
 def build_executors(
     settings: Settings,
     handlers: Mapping[str, Handler],
@@ -99,9 +130,7 @@ def build_executors(
             known = ", ".join(sorted(settings.agents)) or "none configured"
             raise ConfigError(f"no agent named {unknown[0]!r} (agents: {known})", "agent")
     executors: list[Executor] = []
-    chosen = {t: h for t, h in handlers.items() if wanted is None or t in wanted}
-    if agents and wanted is None:
-        chosen = {}
+    chosen = _chosen_handlers(handlers, task_types, agents)
     if chosen:
         executors.append(HandlerExecutor(chosen, concurrency, request_heartbeat))
     unsandboxed: list[str] = []

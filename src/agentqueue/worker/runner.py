@@ -100,6 +100,8 @@ class WorkerOptions:
     """Which database, fit to print (``describe_url``), for the start line."""
     origin: str = ""
     """Where the database URL and settings came from, for the start line."""
+    tuning: str = ""
+    """The speed settings and which were derived (``Tuning.describe``), for the start line."""
 
 
 def check_executors(executors: Sequence[Executor]) -> None:
@@ -322,12 +324,18 @@ class Worker:
             )
             loops.add(jobs.start(self.scheduler.run(), "agentqueue-schedule"))
         origin = f" ({self.options.origin})" if self.options.origin else ""
+        tuning = self.options.tuning or (
+            f"concurrency {self.options.concurrency}, claim batch {self.options.claim_batch}, "
+            f"claims in flight {self.options.claims_in_flight}, outcome writes in flight "
+            f"{self.options.flushes_in_flight}"
+        )
         log.info(
-            "worker %s started on %s%s: %s",
+            "worker %s started on %s%s: %s; %s",
             self.id,
             self.options.database or store.dialect,
             origin,
             ", ".join(f"{e.name}({','.join(sorted(e.task_types))})" for e in self.executors),
+            tuning,
         )
         self.started.set()
         try:

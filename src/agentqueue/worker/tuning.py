@@ -1,0 +1,87 @@
+"""How fast a worker runs when it is not told: the one place that derives its concurrency, claim
+batch, and the claims and outcome writes it keeps in flight.
+
+Every value set explicitly (``--concurrency``, ``[worker] concurrency``, ``[queue] claim_batch``,
+``[worker] claims_in_flight``, ``[worker] flushes_in_flight``) wins; each value left unset is
+derived here, from the slots and the backend:
+
+- **concurrency**: ``500`` when every task the worker runs goes to an async in-process handler
+  (a waiting coroutine costs a few kilobytes, so a no-op handler can fill hundreds of slots);
+  else ``10`` (handlers that run in threads, command agents: each slot holds a thread or a
+  process).
+- **claims in flight**: on PostgreSQL, ``4`` from 200 slots up, ``2`` below (the server works on
+  one claim while the worker starts the tasks of another); on SQLite, ``2`` (one writer at a time:
+  more claims only queue for the lock).
+- **claim batch**: the slots shared among the claims in flight, so that together they can fill
+  every slot at once: ``ceil(concurrency / claims in flight)``, between 1 and 250.
+- **flushes in flight**: as many as the claims in flight (outcomes arrive at the rate tasks are
+  claimed).
+
+The worker's start line names the values and which were derived.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ASYNC_CONCURRENCY = 500
+"""Slots when every task runs in an async in-process handler."""
+OTHER_CONCURRENCY = 10
+"""Slots otherwise (threads or processes per slot)."""
+MAX_CLAIM_BATCH = 250
+MANY_SLOTS = 200
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """A worker's speed settings, each given or derived."""
+
+    concurrency: int
+    claim_batch: int
+    claims_in_flight: int
+    flushes_in_flight: int
+    derived: frozenset[str]
+    """The names of the values derived here (the rest were set)."""
+
+    def describe(self) -> str:
+        """``concurrency 500 (derived), claim batch 125 (derived), ...`` for the start line."""
+        parts = []
+        for name, label in (
+            ("concurrency", "concurrency"),
+            ("claim_batch", "claim batch"),
+            ("claims_in_flight", "claims in flight"),
+            ("flushes_in_flight", "outcome writes in flight"),
+        ):
+            how = "derived" if name in self.derived else "set"
+            parts.append(f"{label} {getattr(self, name)} ({how})")
+        return ", ".join(parts)
+
+
+def tune(
+    backend: str,
+    *,
+    only_async_handlers: bool,
+    concurrency: int | None = None,
+    claim_batch: int | None = None,
+    claims_in_flight: int | None = None,
+    flushes_in_flight: int | None = None,
+) -> Tuning:
+    """The speed settings of a worker on ``backend`` (the store's dialect: ``"postgres"`` or
+    ``"sqlite"``): the
+    given values, and the rest derived (see the module's description)."""
+    derived: set[str] = set()
+    if concurrency is None:
+        concurrency = ASYNC_CONCURRENCY if only_async_handlers else OTHER_CONCURRENCY
+        derived.add("concurrency")
+    if claims_in_flight is None:
+        many = backend == "postgres" and concurrency >= MANY_SLOTS
+        claims_in_flight = 4 if many else 2
+        derived.add("claims_in_flight")
+    if claim_batch is None:
+        share = -(-concurrency // claims_in_flight)
+        claim_batch = max(1, min(MAX_CLAIM_BATCH, share))
+        derived.add("claim_batch")
+    if flushes_in_flight is None:
+        flushes_in_flight = claims_in_flight
+        derived.add("flushes_in_flight")
+    return Tuning(concurrency, claim_batch, claims_in_flight, flushes_in_flight, frozenset(derived))

@@ -1,0 +1,106 @@
+"""The worker's speed settings: derived from its slots and the backend when not set, and every
+explicit setting wins."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agentqueue import AsyncQueue
+from agentqueue.config import Settings
+from agentqueue.worker.tuning import tune
+
+
+def test_an_async_only_worker_on_postgres_gets_hundreds_of_slots() -> None:
+    t = tune("postgres", only_async_handlers=True)
+    assert (t.concurrency, t.claim_batch, t.claims_in_flight, t.flushes_in_flight) == (
+        500, 125, 4, 4,
+    )  # fmt: skip
+    assert t.derived == {"concurrency", "claim_batch", "claims_in_flight", "flushes_in_flight"}
+
+
+@pytest.mark.parametrize(
+    ("backend", "concurrency", "expected"),
+    [
+        ("postgres", 10, (5, 2, 2)),
+        ("postgres", 64, (32, 2, 2)),
+        ("postgres", 200, (50, 4, 4)),
+        ("postgres", 2000, (250, 4, 4)),
+        ("sqlite", 1, (1, 2, 2)),
+        ("sqlite", 500, (250, 2, 2)),
+        ("sqlite", 64, (32, 2, 2)),
+    ],
+)
+def test_batch_and_flight_follow_the_slots_and_the_backend(
+    backend: str, concurrency: int, expected: tuple[int, int, int]
+) -> None:
+    t = tune(backend, only_async_handlers=True, concurrency=concurrency)
+    assert (t.claim_batch, t.claims_in_flight, t.flushes_in_flight) == expected
+    assert t.concurrency == concurrency
+    assert "concurrency" not in t.derived
+
+
+def test_threads_or_agents_keep_few_slots() -> None:
+    assert tune("postgres", only_async_handlers=False).concurrency == 10
+    assert tune("sqlite", only_async_handlers=False).concurrency == 10
+
+
+def test_every_explicit_setting_wins() -> None:
+    t = tune(
+        "postgres", only_async_handlers=True, concurrency=300, claim_batch=7,
+        claims_in_flight=3, flushes_in_flight=1,
+    )  # fmt: skip
+    assert (t.concurrency, t.claim_batch, t.claims_in_flight, t.flushes_in_flight) == (
+        300, 7, 3, 1,
+    )  # fmt: skip
+    assert t.derived == set()
+    assert t.describe() == (
+        "concurrency 300 (set), claim batch 7 (set), claims in flight 3 (set), "
+        "outcome writes in flight 1 (set)"
+    )
+
+
+def _queue(url: str, settings: Settings | None = None, sync: bool = False) -> AsyncQueue:
+    queue = AsyncQueue(url, settings=settings or Settings())
+    if sync:
+
+        @queue.handler("job")
+        def job(task: object, ctx: object) -> None:
+            return None
+
+    else:
+
+        @queue.handler("job")
+        async def job(task: object, ctx: object) -> None:
+            return None
+
+    return queue
+
+
+def test_a_queues_worker_derives_from_its_handlers_and_backend(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    worker = _queue(url).worker()
+    o = worker.options
+    assert (o.concurrency, o.claim_batch, o.claims_in_flight, o.flushes_in_flight) == (
+        500, 250, 2, 2,
+    )  # fmt: skip
+    assert "concurrency 500 (derived)" in o.tuning
+    worker = _queue("postgresql://127.0.0.1:1/none").worker()
+    o = worker.options
+    assert (o.concurrency, o.claim_batch, o.claims_in_flight) == (500, 125, 4)
+    assert _queue(url, sync=True).worker().options.concurrency == 10
+
+
+def test_a_queues_settings_and_arguments_win(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    settings = Settings.model_validate(
+        {"queue": {"claim_batch": 40}, "worker": {"concurrency": 80, "flushes_in_flight": 3}}
+    )
+    o = _queue(url, settings).worker().options
+    assert (o.concurrency, o.claim_batch, o.claims_in_flight, o.flushes_in_flight) == (
+        80, 40, 2, 3,
+    )  # fmt: skip
+    assert "concurrency 80 (set), claim batch 40 (set)" in o.tuning
+    o = _queue(url, settings).worker(concurrency=20).options
+    assert o.concurrency == 20
