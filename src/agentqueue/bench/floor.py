@@ -34,6 +34,7 @@ from ..service.execution import Outcome, OutcomeKind
 from ..store.postgres import dialect as pg
 from ..store.sqlfile import load_queries
 from ..worker.flusher import OUTCOMES_PER_BATCH
+from ..worker.tuning import tune
 from .child import DRAIN_SETTINGS
 from .common import NOOP, BenchContext, Row, fmt_rate, rate, ratio, target_row
 from .db import count
@@ -175,9 +176,16 @@ async def run_floor(
 async def run(ctx: BenchContext) -> dict[str, Any]:
     """The floor program, then the drain benchmark's drain, on the same N (PostgreSQL)."""
     n = ctx.sizes.drain_n
-    worker = DRAIN_SETTINGS.worker
-    claims, flushes = worker.claims_in_flight, worker.flushes_in_flight
-    batch = DRAIN_SETTINGS.queue.claim_batch
+    # The drain worker's own settings, the unset ones derived as its worker derives them.
+    tuning = tune(
+        "postgres",
+        only_async_handlers=True,
+        concurrency=ctx.sizes.drain_concurrency,
+        claim_batch=DRAIN_SETTINGS.queue.claim_batch,
+        claims_in_flight=DRAIN_SETTINGS.worker.claims_in_flight,
+        flushes_in_flight=DRAIN_SETTINGS.worker.flushes_in_flight,
+    )
+    claims, flushes, batch = tuning.claims_in_flight, tuning.flushes_in_flight, tuning.claim_batch
     ctx.progress.step("floor: the claim and complete statements alone")
     url, _ = await preload_fresh(ctx, "postgresql", n)
     queue = AsyncQueue(url, actor="bench")
