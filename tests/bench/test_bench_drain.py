@@ -13,44 +13,22 @@ import asyncio
 import fcntl
 import json
 import math
-import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 
 from agentqueue.bench.common import BenchContext, Sizes
 from agentqueue.bench.drain import best, clocks, peer_run, rows, sweep, tables
 from agentqueue.bench.peers import PEERS, check_peers, find_root, setup_peers
 
-PG_SERVER = os.environ.get("AGENTQUEUE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
-
 pytestmark = pytest.mark.postgres
 
 
 def is_rate(value: object) -> bool:
     return isinstance(value, int | float) and math.isfinite(value) and value > 0
-
-
-@pytest.fixture
-def bench_db() -> Iterator[str]:
-    """The URL of a database for the run (the bench creates it, and the peers' databases named
-    after it); all dropped afterwards."""
-    name = f"aq_bench_drain_{os.getpid()}"
-    base, _, _ = PG_SERVER.rpartition("/")
-
-    def drop() -> None:
-        with psycopg.connect(PG_SERVER, autocommit=True) as admin:
-            for db in (name, *(f"{name}_{p.name}" for p in PEERS)):
-                admin.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
-
-    drop()
-    yield f"{base}/{name}"
-    drop()
 
 
 def test_drain_reports_both_clocks_and_statistics(bench_db: str, tmp_path: Path) -> None:

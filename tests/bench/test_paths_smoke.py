@@ -5,30 +5,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
 
-PG_SERVER = os.environ.get("AGENTQUEUE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
-
 pytestmark = pytest.mark.postgres
-
-
-@pytest.fixture
-def bench_db() -> Iterator[str]:
-    """The URL of a database for the run (the bench creates it); dropped afterwards."""
-    name = f"aq_bench_paths_{os.getpid()}"
-    base, _, _ = PG_SERVER.rpartition("/")
-    with psycopg.connect(PG_SERVER, autocommit=True) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    yield f"{base}/{name}"
-    with psycopg.connect(PG_SERVER, autocommit=True) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def is_number(value: object) -> bool:

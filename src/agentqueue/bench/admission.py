@@ -16,6 +16,7 @@ submit event; if not, the benchmark fails rather than report figures of the wron
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from ..domain.states import TaskState
@@ -57,15 +58,24 @@ def steps(ctx: BenchContext) -> int:
 async def drain_pass(ctx: BenchContext, backend: Backend, on: bool) -> dict[str, Any]:
     """The drain benchmark's drain, with the admission limits when ``on``; with how many tasks
     were pending after the preload and how the newest one got admitted."""
-    n, limits = ctx.sizes.drain_n, LIMITS if on else None
-    url, enqueue_rate = await preload_fresh(ctx, backend, n, limits)
+    return await traced_drain(ctx, backend, LIMITS if on else None)
+
+
+async def traced_drain(
+    ctx: BenchContext, backend: Backend, settings: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """The drain benchmark's drain under ``settings`` overrides, with how many tasks were
+    pending after the preload and how the newest one got admitted (the facts that tell
+    admission by the scheduler from admission at submit)."""
+    n = ctx.sizes.drain_n
+    url, enqueue_rate = await preload_fresh(ctx, backend, n, settings)
     queue = AsyncQueue(url, actor="bench")
     try:
         pending = await count(queue, TaskState.PENDING)
     finally:
         await queue.close()
     result = await drain_preloaded(
-        ctx, backend, url, n, ctx.sizes.drain_concurrency, enqueue_rate, limits
+        ctx, backend, url, n, ctx.sizes.drain_concurrency, enqueue_rate, settings
     )
     queue = AsyncQueue(url, actor="bench")
     try:

@@ -21,13 +21,10 @@ from __future__ import annotations
 import shutil
 from typing import Any
 
-from ..domain.states import TaskState
-from ..queue import AsyncQueue
-from .admission import LIMITS, by_scheduler, drain_pass
+from .admission import LIMITS, by_scheduler, drain_pass, traced_drain
 from .common import Backend, BenchContext, Row, fmt_ms, fmt_rate, ratio, target_row
-from .db import count
-from .drain import describe, drain_preloaded, preload_fresh
-from .latency import WORKER_CONCURRENCY, admit_trail, measure
+from .drain import describe
+from .latency import WORKER_CONCURRENCY, measure
 
 NAME = "routed"
 BACKEND: Backend = "postgresql"
@@ -61,26 +58,12 @@ def steps(ctx: BenchContext) -> int:
 
 async def routed_drain(ctx: BenchContext) -> dict[str, Any]:
     """The drain with the six agents configured, checked to have gone through the planner."""
-    n = ctx.sizes.drain_n
-    url, enqueue_rate = await preload_fresh(ctx, BACKEND, n, ROUTED)
-    queue = AsyncQueue(url, actor="bench")
-    try:
-        pending = await count(queue, TaskState.PENDING)
-    finally:
-        await queue.close()
-    result = await drain_preloaded(
-        ctx, BACKEND, url, n, ctx.sizes.drain_concurrency, enqueue_rate, ROUTED
-    )
-    queue = AsyncQueue(url, actor="bench")
-    try:
-        trail = await admit_trail(queue)
-    finally:
-        await queue.close()
+    result = await traced_drain(ctx, BACKEND, ROUTED)
     result["settings"] = (
         f"one worker process, concurrency {ctx.sizes.drain_concurrency}, {AGENTS} command "
         f"agents configured ({TRUE}, isolation none)"
     )
-    return {**result, "pending_after_preload": pending, "admit_trail": trail}
+    return result
 
 
 def check(drain: dict[str, Any], latency: dict[str, Any]) -> dict[str, Any]:
