@@ -14,8 +14,9 @@ from uuid import UUID
 
 import psycopg
 import pytest
+from audit_activity import activity
 
-from agentqueue import AsyncQueue, ManualClock, Settings, Task
+from agentqueue import AsyncQueue, ManualClock, Settings
 from agentqueue.domain.audit import (
     PURGE_ACTION,
     Keyring,
@@ -33,25 +34,6 @@ Raw = Any
 
 def is_sqlite(url: str) -> bool:
     return url.startswith("sqlite")
-
-
-async def activity(queue: AsyncQueue, clock: ManualClock) -> list[Task]:
-    """Three tasks with four events each (submit, admit, claim, end), one of them failed."""
-    tasks = [
-        (await queue.submit(title=f"t{i}", task_type="bugfix", payload={"n": i})).task
-        for i in range(3)
-    ]
-    await queue.admit()
-    claimed = await queue.claim(3, "worker-1")
-    clock.advance(1)
-    for task in claimed:
-        if task.title == "t1":
-            await queue.fail(task.id, task.lock_token, "flaky")
-        else:
-            await queue.complete(task.id, task.lock_token, {"done": task.title})
-    report = await queue.verify()
-    assert report.ok and (report.tasks, report.events) == (3, 12), report
-    return sorted(tasks, key=lambda t: t.id)
 
 
 KEY_ENV = "AQ_TEST_AUDIT_KEY"

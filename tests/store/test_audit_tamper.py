@@ -9,30 +9,12 @@ from uuid import UUID
 
 import psycopg
 import pytest
+from audit_activity import activity
 
-from agentqueue import AsyncQueue, ManualClock, Task, TaskState
+from agentqueue import AsyncQueue, ManualClock, TaskState
 
 # The RawDatabase fixture type lives in this folder's conftest.
 Raw = Any
-
-
-async def activity(queue: AsyncQueue, clock: ManualClock) -> list[Task]:
-    """Three tasks with four events each (submit, admit, claim, end), one of them retried."""
-    tasks = [
-        (await queue.submit(title=f"t{i}", task_type="bugfix", payload={"n": i})).task
-        for i in range(3)
-    ]
-    await queue.admit()
-    claimed = await queue.claim(3, "worker-1")
-    clock.advance(1)
-    for task in claimed:
-        if task.title == "t1":
-            await queue.fail(task.id, task.lock_token, "flaky")
-        else:
-            await queue.complete(task.id, task.lock_token, {"done": task.title})
-    report = await queue.verify()
-    assert report.ok and (report.tasks, report.events) == (3, 12)
-    return sorted(tasks, key=lambda t: t.id)
 
 
 async def target(queue: AsyncQueue, clock: ManualClock) -> UUID:

@@ -296,22 +296,16 @@ class StoredEvent:
         """None when this event's hash holds after ``prev_hash`` under ``keys``; else why not.
         A plain hash passes under a key only for an event numbered at most ``plain_upto``
         (anchored before the key came into use)."""
-        tail = hash_tail(
-            self.at,
-            self.from_state,
-            self.to_state,
-            self.action,
-            self.actor,
-            self.reason,
-            self.data_text,
-        )
-        material = chain_material(prev_hash, str(self.task_id), self.tenant, self.seq, tail)
+        material = chain_material(prev_hash, str(self.task_id), self.tenant, self.seq, self._tail())
         plain_ok = self.gseq is not None and self.gseq <= plain_upto
         return keys.check(material, self.hash, plain_ok=plain_ok)
 
     def expected_hash(self, prev_hash: str) -> str:
         """The hash this event should carry after ``prev_hash`` (with the installed key)."""
-        tail = hash_tail(
+        return chain_hash(prev_hash, str(self.task_id), self.tenant, self.seq, self._tail())
+
+    def _tail(self) -> str:
+        return hash_tail(
             self.at,
             self.from_state,
             self.to_state,
@@ -320,7 +314,6 @@ class StoredEvent:
             self.reason,
             self.data_text,
         )
-        return chain_hash(prev_hash, str(self.task_id), self.tenant, self.seq, tail)
 
 
 @dataclass(frozen=True)
