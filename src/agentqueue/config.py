@@ -41,6 +41,8 @@ from .domain.limits import MAX_CONFIG_BYTES, json_problem, read_bounded, utf8_te
 from .domain.priority import DEFAULT_AGING_INTERVAL_SECS
 from .domain.retention import RetentionPolicy
 from .domain.retry import BackoffPolicy
+from .prompts import PromptError, Prompts, PromptTemplate
+from .prompts import check as check_prompt
 from .spec import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_TENANT, check_name
 
 ENV_PREFIX = "AGENTQUEUE_"
@@ -477,6 +479,50 @@ class GitHubSettings(DeliverySettings):
         return text
 
 
+MAX_PROMPT_BYTES = 256 * 1024
+"""The largest prompt template file (256 KiB)."""
+
+
+class PromptSettings(_Section):
+    """One prompt template (``[prompts.NAME]``, NAME a task type, a kind or ``default``): the
+    Jinja2 text inline as ``template``, or in the UTF-8 file ``file`` (a relative path is taken
+    from the directory the command runs in, like an agent's command), read when the
+    configuration is loaded. See :mod:`agentqueue.prompts` for what a template sees."""
+
+    template: str | None = None
+    file: Path | None = None
+    _text: str = PrivateAttr(default="")
+
+    @model_validator(mode="after")
+    def _one_text(self) -> PromptSettings:
+        if (self.template is None) == (self.file is None):
+            raise ValueError("template: give the template inline or as file = PATH, one of them")
+        if self.file is not None:
+            self._text = _read_prompt_file(self.file)
+        else:
+            self._text = self.template or ""
+        return self
+
+    @property
+    def text(self) -> str:
+        """The template's text (the file's, when it names one)."""
+        return self._text
+
+
+def _read_prompt_file(path: Path) -> str:
+    try:
+        with open(path, "rb") as stream:
+            raw = read_bounded(stream, MAX_PROMPT_BYTES, "file")
+    except OSError as exc:
+        raise ValueError(f"file: cannot read {path}: {exc.strerror}") from None
+    except InvalidInput as exc:
+        raise ValueError(f"file: {path} {exc.problems[0].message}") from None
+    try:
+        return utf8_text(raw, "file")
+    except InvalidInput as exc:
+        raise ValueError(f"file: {path} {exc.problems[0].message}") from None
+
+
 class RetentionSettings(_Section):
     """How long dead letters are kept before they are purged (R8), in days."""
 
@@ -763,6 +809,8 @@ class Settings(BaseSettings):
     pipelines: PipelineSettings = Field(default_factory=PipelineSettings)
     api: ApiSettings = Field(default_factory=ApiSettings)
     intake: IntakeSettings = Field(default_factory=IntakeSettings)
+    prompts: dict[str, PromptSettings] = Field(default_factory=dict)
+    """Prompt templates by task type, kind or ``default`` (see :mod:`agentqueue.prompts`)."""
     logging: LoggingSettings = Field(default_factory=LoggingSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     audit: AuditSettings = Field(default_factory=AuditSettings)
@@ -785,7 +833,23 @@ class Settings(BaseSettings):
         for index, name in enumerate(names):
             if name in names[:index]:
                 raise ValueError(f"guardrails.{index}.name: {name!r} is used by another rule")
+        for name, prompt in self.prompts.items():
+            try:
+                check_prompt(name, prompt.text)
+            except PromptError as exc:
+                where = "file" if prompt.file is not None else "template"
+                origin = f" ({prompt.file})" if prompt.file is not None else ""
+                raise ValueError(f"prompts.{name}.{where}: {exc}{origin}") from None
         return self
+
+    def prompt_templates(self) -> Prompts:
+        """The configured prompt templates (compiled when first rendered)."""
+        return Prompts(
+            {
+                name: PromptTemplate(name, p.text, str(p.file) if p.file is not None else "")
+                for name, p in self.prompts.items()
+            }
+        )
 
     @property
     def admission_limited(self) -> bool:
