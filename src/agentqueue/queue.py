@@ -255,6 +255,11 @@ class AsyncQueue:
         """The audit events of one task, oldest first."""
         return await reads.events(await self._ready(), parse_task_id(task_id), self.tenant)
 
+    async def prompt(self, task_id: UUID | str) -> str:
+        """The prompt a command agent is given for the task (its template rendered with the
+        task as it is now); NotFound when no ``[prompts]`` template applies to it."""
+        return await reads.prompt(await self._ready(), parse_task_id(task_id), self.tenant)
+
     async def stats(self) -> Stats:
         """Task counts by state."""
         return await reads.stats(await self._ready(), self.tenant)
@@ -969,6 +974,7 @@ class Queue:
     get = _facade(AsyncQueue.get)
     waiting = _facade(AsyncQueue.waiting)
     events = _facade(AsyncQueue.events)
+    prompt = _facade(AsyncQueue.prompt)
     stats = _facade(AsyncQueue.stats)
     work_left = _facade(AsyncQueue.work_left)
     agents = _facade(AsyncQueue.agents)

@@ -134,7 +134,7 @@ async def test_attempt_spans_are_children_of_the_submitted_context(
     current, told = seen[str(handled.id)]
     assert current.span_id == handler_span.span_id and told == _traceparent(handler_span)
     agent_span = attempts[str(by_agent.id)].context
-    assert agent_task.result == {"traceparent": _traceparent(agent_span)}
+    assert agent_task.result == {"env_traceparent": _traceparent(agent_span)}
     inherited_span = attempts[str(inherited.id)]
     assert inherited_span.context.trace_id == caller_ctx.trace_id
     assert inherited_span.parent is not None

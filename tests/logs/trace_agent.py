@@ -3,4 +3,4 @@
 import json
 import os
 
-print(json.dumps({"traceparent": os.environ.get("TRACEPARENT")}))
+print(json.dumps({"env_traceparent": os.environ.get("TRACEPARENT")}))

@@ -43,4 +43,4 @@ with open(record_file + ".seen", "a", encoding="utf-8") as out:
     out.write(json.dumps(seen, ensure_ascii=False) + "\n")
 time.sleep(float(payload.get("sleep", 0.05)))
 record("end")
-print(json.dumps({"agent": NAME}))
+print(json.dumps({"ran_on": NAME}))

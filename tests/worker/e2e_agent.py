@@ -4,7 +4,7 @@ payload keys (all optional): "pids": file to append "agent PID" to; "grandchild"
 "grandchild PID" to, from a forked child that ignores SIGTERM and sleeps; "ignore_term": ignore
 SIGTERM; "sleep": seconds; "flood": bytes of output before the last line; "garbage": end with a
 line that is not JSON; "bad_result_file": write an invalid result.json; "exit": exit code.
-Otherwise it prints {"task_id", "tenant", "payload"} as its result.
+Otherwise it prints {"task_id", "task_tenant", "payload"} as its result.
 """
 
 import json
@@ -44,4 +44,4 @@ if p.get("garbage"):
     sys.exit(0)
 if "exit" in p:
     sys.exit(int(p["exit"]))
-print(json.dumps({"task_id": task["id"], "tenant": task["tenant"], "payload": p}))
+print(json.dumps({"task_id": task["id"], "task_tenant": task["tenant"], "payload": p}))

@@ -188,7 +188,7 @@ async def test_200_agent_runs_from_20_tenants_each_see_only_their_own_task(
         assert task.state is S.COMPLETED, task.error
         assert task.result == {
             "task_id": str(submitted.id),
-            "tenant": submitted.tenant,
+            "task_tenant": submitted.tenant,
             "payload": submitted.payload,
         }
 

@@ -133,6 +133,13 @@ class LogOut(_Out):
     truncated: bool
 
 
+class PromptOut(_Out):
+    """The prompt a command agent is given for a task."""
+
+    task_id: str
+    prompt: str
+
+
 class StatsOut(_Out):
     """Task counts by state."""
 

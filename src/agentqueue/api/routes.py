@@ -414,6 +414,21 @@ async def logs(
 
 
 @router.get(
+    "/tasks/{task_id}/prompt",
+    summary="The prompt a command agent is given for a task",
+    response_model=None,
+    responses={200: {"model": models.PromptOut}, **ERRORS},
+    **guarded(access.SUBMITTER),
+)
+async def prompt(request: Request, who: Who, task_id: str) -> JSONResponse:
+    """The task's ``[prompts]`` template (by task type, else kind, else ``default``) rendered
+    with the task as it is now; 404 when no template applies to it."""
+    tid = _id(task_id)
+    text = await reads.prompt(_rt(request), tid, who.tenant)
+    return JSONResponse({"task_id": str(tid), "prompt": text})
+
+
+@router.get(
     "/stats",
     summary="Task counts by state",
     response_model=None,

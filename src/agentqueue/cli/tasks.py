@@ -209,10 +209,23 @@ def list_cmd(
 @click.command()
 @click.argument("task_id", metavar="ID")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option(
+    "--prompt",
+    "prompt",
+    is_flag=True,
+    help="Print the prompt its command agent is given ([prompts] rendered with the task now).",
+)
 @click.pass_context
-def show(ctx: click.Context, task_id: str, as_json: bool) -> None:
+def show(ctx: click.Context, task_id: str, as_json: bool, prompt: bool) -> None:
     """Show one task and, unless it has ended, why it waits (``waiting``)."""
     tid = _id(task_id)
+    if prompt:
+        text = run(ctx, lambda q: q.prompt(tid))
+        if as_json:
+            emit_json({"task_id": str(tid), "prompt": text})
+        else:
+            click.echo(text, nl=False)
+        return
     task, reasons = run(ctx, lambda q: q.waiting(tid))
     if as_json:
         data = task.to_json()

@@ -180,6 +180,11 @@ class Calls:
         return Call("GET", f"/tasks/{_tid(task_id)}/events", Event.from_json, params)
 
     @staticmethod
+    def prompt(task_id: UUID | str) -> Call[str]:
+        """The prompt a command agent is given for the task, rendered by the server."""
+        return Call("GET", f"/tasks/{_tid(task_id)}/prompt", lambda d: str(d["prompt"]))
+
+    @staticmethod
     def logs(task_id: UUID | str) -> Call[list[LogRecord]]:
         """Captured output of a task's attempts (agent stdout/stderr, handler log lines)."""
         return Call("GET", f"/tasks/{_tid(task_id)}/logs", lambda d: _many(d, LogRecord.from_json))

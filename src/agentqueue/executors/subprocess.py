@@ -40,8 +40,10 @@ from pathlib import Path
 from typing import Any
 
 from ..config import AgentSettings
+from ..domain.envelope import agent_view, envelope_problem
 from ..domain.limits import JSONLimitError, parse_json
 from ..domain.models import Task
+from ..prompts import PromptError, Prompts
 from .base import AttemptControl, AttemptEnd, AttemptResult, LogChunk, ToolCallRequest
 from .capture import AgentProcess, LastLine
 from .isolation import (
@@ -71,6 +73,7 @@ RESULT_FILE = "result.json"
 TASK_FILE = "task.json"
 CHECKPOINT_FILE = "checkpoint.json"
 TOOL_RESULTS_FILE = "tool_results.json"
+PROMPT_FILE = "prompt.md"
 
 YIELD_SIGNAL = signal.SIGUSR1
 """Sent to the agent when the worker wants its slot back: checkpoint and exit."""
@@ -248,15 +251,6 @@ def tool_results(task: Task) -> dict[str, dict[str, Any]]:
     return calls
 
 
-def agent_view(task: Task) -> dict[str, object]:
-    """The task as an agent sees it: its own fields, without the lease token (the agent is
-    not the executor; only the worker writes with the token)."""
-    view = task.to_json()
-    for private in ("lock_token", "locked_at", "heartbeat_at"):
-        view.pop(private, None)
-    return view
-
-
 class CommandAgent:
     """An :class:`~agentqueue.executors.base.Executor` that runs ``settings.command`` per attempt.
 
@@ -269,9 +263,11 @@ class CommandAgent:
         settings: AgentSettings,
         workdir_root: Path,
         confinement: Confinement | None = None,
+        prompts: Prompts | None = None,
     ) -> None:
         self.name = name
         self.settings = settings
+        self.prompts = prompts if prompts else None
         if confinement is None:
             # Built alone (not by a worker): the defaults, without the worker's own files.
             confinement, fallback = resolve(name, settings, user=default_user())
@@ -353,12 +349,29 @@ class CommandAgent:
         cpu_secs: int,
         cgroup: PidsCgroup | None,
     ) -> AttemptResult:
-        inputs = {
-            TASK_FILE: agent_view(task),
+        view: dict[str, Any] = agent_view(task)
+        prompt = None
+        if self.prompts is not None:
+            try:
+                prompt = self.prompts.render_task(task)
+            except PromptError as exc:
+                # The template, not the task, is wrong: another attempt renders the same.
+                return AttemptResult(AttemptEnd.FAILED, error=f"prompt: {exc}")
+            if prompt is not None:
+                view["prompt"] = prompt
+        inputs: dict[str, Any] = {
+            TASK_FILE: view,
             CHECKPOINT_FILE: task.checkpoint,
             TOOL_RESULTS_FILE: tool_results(task),
         }
         task_json = b""
+        if prompt is not None:
+            try:
+                (workdir / PROMPT_FILE).write_text(prompt, encoding="utf-8")
+            except (OSError, ValueError) as exc:
+                return AttemptResult(
+                    AttemptEnd.FAILED, error=f"cannot write {PROMPT_FILE}: {exc}", retryable=True
+                )
         for name, value in inputs.items():
             try:
                 data = json.dumps(value, ensure_ascii=False, default=str).encode()
@@ -419,7 +432,7 @@ class CommandAgent:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 cwd=workdir,
-                env=self._environment(task, workdir),
+                env=self._environment(task, workdir, prompt is not None),
                 start_new_session=True,
                 pass_fds=(status_w,) if landlock is None else (status_w, landlock),
             )
@@ -615,7 +628,7 @@ class CommandAgent:
                 os.chown(path, *user)
         return workdir
 
-    def _environment(self, task: Task, workdir: Path) -> dict[str, str]:
+    def _environment(self, task: Task, workdir: Path, prompted: bool = False) -> dict[str, str]:
         """Only what the agent needs: nothing of the worker's environment leaks unless allowed."""
         env = {
             "PATH": os.environ.get("PATH", os.defpath),
@@ -636,6 +649,8 @@ class CommandAgent:
             AGENTQUEUE_TOOL_RESULTS=str(workdir / TOOL_RESULTS_FILE),
             AGENTQUEUE_WORKDIR=str(workdir),
         )
+        if prompted:
+            env["AGENTQUEUE_PROMPT"] = str(workdir / PROMPT_FILE)
         if task.idempotency_key:
             # Irreversible actions (a payment, a deletion) can be made idempotent downstream.
             env["AGENTQUEUE_IDEMPOTENCY_KEY"] = task.idempotency_key
@@ -675,11 +690,13 @@ class CommandAgent:
                     AttemptEnd.WAITING_TOOL, tool_call=protocol.tool_call, logs=logs
                 )
             try:
-                return AttemptResult(
-                    AttemptEnd.COMPLETED, result=self._result(workdir, agent.last_line), logs=logs
-                )
+                result = self._result(workdir, agent.last_line)
             except _BadResult as exc:
                 return failed(str(exc))
+            problem = envelope_problem(result)
+            if problem is not None:  # like a malformed result: the same agent would say it again
+                return failed(problem)
+            return AttemptResult(AttemptEnd.COMPLETED, result=result, logs=logs)
         retryable = code in self.settings.retryable_exit_codes
         return failed(f"exit code {code}{hint}{tail}", retryable)
 

@@ -91,6 +91,23 @@ async def get(rt: Runtime, task_id: UUID, tenant: str | None = None) -> Task:
     return found[0]
 
 
+async def prompt(rt: Runtime, task_id: UUID, tenant: str | None = None) -> str:
+    """The prompt a command agent is given for this task: its template rendered with the task
+    as it is now (``[prompts]`` of these settings). NotFound when no template applies to it;
+    InvalidInput naming ``prompt`` when the template cannot be rendered for it."""
+    from ..prompts import DEFAULT, PromptError
+
+    task = await get(rt, task_id, tenant)
+    try:
+        text = rt.settings.prompt_templates().render_task(task)
+    except PromptError as exc:
+        raise InvalidInput(str(exc), "prompt") from None
+    if text is None:
+        names = ", ".join(f"[prompts.{n}]" for n in (task.task_type, task.kind, DEFAULT))
+        raise NotFound(f"no prompt template applies to task {task.id} (none of {names})")
+    return text
+
+
 def moment(value: datetime | str | None, field: str) -> datetime | None:
     """A time given as a datetime or as ISO 8601 text (``2026-05-01T09:00:00Z``); one that
     names no offset is UTC. InvalidInput naming ``field`` for anything else."""

@@ -137,6 +137,7 @@ def build_executors(
     metadata_open: list[str] = []
     # One network filter for the worker's networked agents (a cgroup and its BPF programs).
     net_filters = NetFilterShare(database_places(database_url or settings.db).endpoints)
+    prompts = settings.prompt_templates()
     for name, agent in settings.agents.items():
         if agents and name not in agents:
             continue
@@ -158,7 +159,9 @@ def build_executors(
             unsandboxed.append(f"{name} ({fallback})")
         elif confinement.network and confinement.net_filter_problem is not None:
             metadata_open.append(f"{name} ({confinement.net_filter_problem})")
-        executors.append(CommandAgent(name, narrowed, root, confinement=confinement))
+        executors.append(
+            CommandAgent(name, narrowed, root, confinement=confinement, prompts=prompts)
+        )
     if unsandboxed:
         log.warning(
             "WARNING: bubblewrap cannot sandbox agents here, so these run WITHOUT isolation "
