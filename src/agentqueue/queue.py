@@ -255,9 +255,9 @@ class AsyncQueue:
         """The audit events of one task, oldest first."""
         return await reads.events(await self._ready(), parse_task_id(task_id), self.tenant)
 
-    async def prompt(self, task_id: UUID | str) -> str:
+    async def prompt(self, task_id: UUID | str) -> str | None:
         """The prompt a command agent is given for the task (its template rendered with the
-        task as it is now); NotFound when no ``[prompts]`` template applies to it."""
+        task as it is now); None when no ``[prompts]`` template applies to it."""
         return await reads.prompt(await self._ready(), parse_task_id(task_id), self.tenant)
 
     async def stats(self) -> Stats:

@@ -137,7 +137,8 @@ class PromptOut(_Out):
     """The prompt a command agent is given for a task."""
 
     task_id: str
-    prompt: str
+    prompt: str | None
+    """None when no ``[prompts]`` template applies to the task."""
 
 
 class StatsOut(_Out):

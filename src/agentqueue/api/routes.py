@@ -422,7 +422,7 @@ async def logs(
 )
 async def prompt(request: Request, who: Who, task_id: str) -> JSONResponse:
     """The task's ``[prompts]`` template (by task type, else kind, else ``default``) rendered
-    with the task as it is now; 404 when no template applies to it."""
+    with the task as it is now; ``prompt`` is null when no template applies to it."""
     tid = _id(task_id)
     text = await reads.prompt(_rt(request), tid, who.tenant)
     return JSONResponse({"task_id": str(tid), "prompt": text})

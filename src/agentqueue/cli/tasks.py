@@ -223,6 +223,8 @@ def show(ctx: click.Context, task_id: str, as_json: bool, prompt: bool) -> None:
         text = run(ctx, lambda q: q.prompt(tid))
         if as_json:
             emit_json({"task_id": str(tid), "prompt": text})
+        elif text is None:
+            fail(f"no prompt template applies to task {tid} (see [prompts] in the configuration)")
         else:
             click.echo(text, nl=False)
         return

@@ -180,9 +180,15 @@ class Calls:
         return Call("GET", f"/tasks/{_tid(task_id)}/events", Event.from_json, params)
 
     @staticmethod
-    def prompt(task_id: UUID | str) -> Call[str]:
-        """The prompt a command agent is given for the task, rendered by the server."""
-        return Call("GET", f"/tasks/{_tid(task_id)}/prompt", lambda d: str(d["prompt"]))
+    def prompt(task_id: UUID | str) -> Call[str | None]:
+        """The prompt a command agent is given for the task, rendered by the server (None:
+        no template applies to it)."""
+
+        def decode(data: Any) -> str | None:
+            text = data.get("prompt")
+            return None if text is None else str(text)
+
+        return Call("GET", f"/tasks/{_tid(task_id)}/prompt", decode)
 
     @staticmethod
     def logs(task_id: UUID | str) -> Call[list[LogRecord]]:

@@ -91,21 +91,19 @@ async def get(rt: Runtime, task_id: UUID, tenant: str | None = None) -> Task:
     return found[0]
 
 
-async def prompt(rt: Runtime, task_id: UUID, tenant: str | None = None) -> str:
+async def prompt(rt: Runtime, task_id: UUID, tenant: str | None = None) -> str | None:
     """The prompt a command agent is given for this task: its template rendered with the task
-    as it is now (``[prompts]`` of these settings). NotFound when no template applies to it;
+    as it is now (``[prompts]`` of these settings); None when no template applies to it.
     InvalidInput naming ``prompt`` when the template cannot be rendered for it."""
-    from ..prompts import DEFAULT, PromptError
+    from ..prompts import PromptError
 
     task = await get(rt, task_id, tenant)
+    if not rt.settings.prompts:
+        return None  # jinja2 is not even imported
     try:
-        text = rt.settings.prompt_templates().render_task(task)
+        return rt.settings.prompt_templates().render_task(task)
     except PromptError as exc:
         raise InvalidInput(str(exc), "prompt") from None
-    if text is None:
-        names = ", ".join(f"[prompts.{n}]" for n in (task.task_type, task.kind, DEFAULT))
-        raise NotFound(f"no prompt template applies to task {task.id} (none of {names})")
-    return text
 
 
 def moment(value: datetime | str | None, field: str) -> datetime | None:
