@@ -23,6 +23,11 @@ from agentqueue.service import intake
 
 HERE = Path(__file__).parent
 AGENT = HERE / "prompt_agent.py"
+EXAMPLES = HERE.parents[1] / "examples" / "agents"
+BUGFIX_TEMPLATE = EXAMPLES / "prompts" / "bugfix.md.j2"
+CODER = "import sys; print(open(sys.argv[1]).read().upper(), end='')"
+"""A stand-in for a coding agent: it reads the prompt file it is given and shouts it back."""
+DOCS_TEMPLATE = "Document {{ title }}.\n"
 GOLDEN = HERE / "golden"
 FIXTURES = HERE.parent / "api" / "fixtures" / "github"
 AGENTQUEUE = Path(sys.executable).with_name("agentqueue")
@@ -33,6 +38,8 @@ TIMEOUT = 90.0
 def write_config(tmp_path: Path) -> Path:
     config = tmp_path / "agentqueue.toml"
     agent = f"[{json.dumps(sys.executable)}, {json.dumps(str(AGENT))}]"
+    coder = [sys.executable, str(EXAMPLES / "prompt_runner.py"), sys.executable, "-c", CODER]
+    coder.append("{prompt}")
     config.write_text(
         f"""
 [scheduler]
@@ -43,10 +50,17 @@ poll_secs = 0.2
 workdir = {json.dumps(str(tmp_path / "runs"))}
 
 [prompts.bugfix]
-file = {json.dumps(str(HERE / "templates" / "bugfix.md.j2"))}
+file = {json.dumps(str(BUGFIX_TEMPLATE))}
 
 [prompts.mail]
 file = {json.dumps(str(HERE / "templates" / "mail.md.j2"))}
+
+[prompts.docs]
+template = {json.dumps(DOCS_TEMPLATE)}
+
+[agents.coder]
+command = {json.dumps(coder)}
+task_types = ["docs"]
 
 [agents.fixer]
 command = {agent}
@@ -133,6 +147,7 @@ async def test_the_prompt_is_what_the_template_says_and_the_envelope_stays(
         ).task
 
         bare = (await queue.submit(title="No issue behind it", task_type="bugfix")).task
+        docs = (await queue.submit(title="the intake", task_type="docs")).task
 
         run_worker(db_url, config)
 
@@ -150,11 +165,14 @@ async def test_the_prompt_is_what_the_template_says_and_the_envelope_stays(
             assert shown.returncode == 0, shown.stderr
             assert shown.stdout == expected
 
+        coded = await queue.get(docs.id)  # examples/agents/prompt_runner.py ran the stand-in
+        assert coded.state is TaskState.COMPLETED, coded.error
+        assert coded.result == {"exit_code": 0, "output_tail": "DOCUMENT THE INTAKE.\n"}
+
         unrendered = await queue.get(bare.id)  # the template reads payload.author: it has none
         assert unrendered.state is TaskState.FAILED and unrendered.retry_count == 0
         assert unrendered.error == (
-            f"prompt: prompts.bugfix ({HERE / 'templates' / 'bugfix.md.j2'}): "
-            "'dict object' has no attribute 'author'"
+            f"prompt: prompts.bugfix ({BUGFIX_TEMPLATE}): 'dict object' has no attribute 'author'"
         )
 
         refused = await queue.get(meddler.id)
