@@ -155,3 +155,17 @@ def test_a_worker_without_prompts_does_not_import_jinja2(tmp_path: Path) -> None
     )
     assert json.loads(done.stdout) == [1, False], done.stderr
     assert load_settings(config).prompts == {}
+
+
+def test_the_example_coding_agent_configuration_loads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """examples/agents/coding-agents.toml is not run (its tools are not here), but it is a
+    configuration the queue takes, with the templates it names (from the repository's root,
+    where its relative paths start)."""
+    root = Path(__file__).parents[2]
+    monkeypatch.chdir(root)
+    examples = root / "examples" / "agents"
+    settings = load_settings(examples / "coding-agents.toml")
+    assert sorted(settings.agents) == ["aider", "claude", "codex"]
+    assert sorted(settings.prompts) == ["bugfix", "default", "mail"]
+    for agent in settings.agents.values():
+        assert agent.command[:2] == ["python3", "examples/agents/prompt_runner.py"]
