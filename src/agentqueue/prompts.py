@@ -50,14 +50,36 @@ class PromptTemplate:
         return f"{where} ({self.origin})" if self.origin else where
 
 
+MAX_PROMPT_CHARS = 1024 * 1024
+"""The longest prompt a template may render (1 Mi characters); longer fails the attempt."""
+
+_MAX_POWER = 1024
+"""The largest exponent ``**`` takes in a template."""
+
+
 def _environment() -> SandboxedEnvironment:
     from jinja2 import StrictUndefined
+    from jinja2.exceptions import SecurityError
     from jinja2.sandbox import SandboxedEnvironment
 
+    class Sandbox(SandboxedEnvironment):
+        """The sandbox, and no text, list or number made too big to hold by ``*`` or ``**``."""
+
+        intercepted_binops = frozenset({"*", "**"})
+
+        def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+            if operator == "**":
+                if isinstance(right, int | float) and abs(right) > _MAX_POWER:
+                    raise SecurityError(f"an exponent larger than {_MAX_POWER}")
+                return left**right
+            for seq, times in ((left, right), (right, left)):
+                sized = isinstance(seq, str | list | tuple) and isinstance(times, int)
+                if sized and len(seq) * times > MAX_PROMPT_CHARS:
+                    raise SecurityError(f"a repetition longer than {MAX_PROMPT_CHARS}")
+            return left * right
+
     # Plain text out: no HTML escaping, and the text ends as the template ends.
-    return SandboxedEnvironment(
-        undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True
-    )
+    return Sandbox(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True)
 
 
 def check(name: str, text: str) -> None:
@@ -133,10 +155,16 @@ class Prompts:
                 raise PromptError(f"{template.label}: {exc}") from None
             self._compiled[template.name] = compiled
         try:
-            return compiled.render({**view, "task": dict(view)})
+            text = compiled.render({**view, "task": dict(view)})
         except SecurityError as exc:
             raise PromptError(f"{template.label}: refused by the sandbox: {exc}") from None
         except UndefinedError as exc:
             raise PromptError(f"{template.label}: {exc.message}") from None
         except (TemplateError, ArithmeticError, TypeError, ValueError, LookupError) as exc:
             raise PromptError(f"{template.label}: {type(exc).__name__}: {exc}") from None
+        if len(text) > MAX_PROMPT_CHARS:
+            raise PromptError(
+                f"{template.label}: the prompt is longer than {MAX_PROMPT_CHARS} characters "
+                f"({len(text)})"
+            )
+        return text

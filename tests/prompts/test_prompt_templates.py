@@ -115,6 +115,23 @@ def test_what_slips_past_the_load_is_refused_by_the_sandbox_naming_the_template(
     assert "is unsafe" in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ('{{ "x" * 100000000 }}', "a repetition longer than 1048576"),
+        ("{{ [1, 2] * 10**7 }}", "a repetition longer than 1048576"),
+        ("{{ 9 ** 9999999 }}", "an exponent larger than 1024"),
+        ("{{ range(100000000) | list }}", "Range too big"),
+        ("{% for _ in range(99999) %}{{ title * 20 }}{% endfor %}", "longer than 1048576"),
+    ],
+)
+def test_a_template_cannot_make_a_prompt_too_big_to_hold(text: str, why: str) -> None:
+    prompts = settings_from({"prompts": {"bugfix": {"template": text}}}).prompt_templates()
+    with pytest.raises(PromptError) as caught:
+        prompts.render_task(task())
+    assert str(caught.value).startswith("prompts.bugfix: ") and why in str(caught.value)
+
+
 def test_a_template_sees_the_task_as_its_agent_does_and_nothing_undefined() -> None:
     text = "{{ title }}|{{ payload.n * 2 }}|{{ task.priority }}|{{ id }}|{{ state }}\n"
     prompts = settings_from({"prompts": {"default": {"template": text}}}).prompt_templates()

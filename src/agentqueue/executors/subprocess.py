@@ -2,9 +2,13 @@
 
 Each attempt gets a fresh working directory, a scrubbed environment, resource limits and its own
 process group, owned by the launcher in :mod:`agentqueue.executors.sandbox` (which also kills the
-group if the worker dies). The task arrives as JSON on stdin and in ``task.json``; the result is
-``result.json`` in the working directory, else the last non-blank line of stdout (protocol lines
-aside) as JSON. The exit code decides the outcome. Timeouts (R6) and cancels (R10) stop the whole
+group if the worker dies). The task arrives as JSON on stdin and in ``task.json``; when a
+``[prompts]`` template applies to it (:mod:`agentqueue.prompts`), its rendering is ``prompt.md``
+(named by ``AGENTQUEUE_PROMPT``) and ``"prompt"`` in that JSON, and a template that cannot be
+rendered fails the attempt naming it. The result is ``result.json`` in the working directory,
+else the last non-blank line of stdout (protocol lines aside) as JSON; one that names a field of
+the task's envelope (:mod:`agentqueue.domain.envelope`) is refused. The exit code decides the
+outcome. Timeouts (R6) and cancels (R10) stop the whole
 process tree: SIGTERM to the group, a grace period, then the launcher kills every descendant
 (SIGKILL to the group if it cannot). When the agent exits by itself, whatever it left running is
 killed too.
