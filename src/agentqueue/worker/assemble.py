@@ -158,7 +158,7 @@ def build_executors(
             unsandboxed.append(f"{name} ({fallback})")
         elif confinement.network and confinement.net_filter_problem is not None:
             metadata_open.append(f"{name} ({confinement.net_filter_problem})")
-        executors.append(CommandAgent(name, narrowed, root, confinement=confinement))
+        executors.append(CommandAgent(name, narrowed, root, confinement=confinement, warm=True))
     if unsandboxed:
         log.warning(
             "WARNING: bubblewrap cannot sandbox agents here, so these run WITHOUT isolation "
