@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +21,15 @@ def runs_root(tmp_path: Path) -> Path:
     return tmp_path / "runs"
 
 
-@pytest.fixture
+@pytest.fixture(params=["cold", "warm"])
 def run_agent(runs_root: Path, request: pytest.FixtureRequest) -> RunAgent:
     """Run one attempt of agent.py with ``actions``; keyword arguments are AgentSettings fields,
     plus ``task`` and ``control`` to pass your own. Under the ``host_processes`` mark the agent
-    runs unsandboxed (the default is the bubblewrap sandbox)."""
+    runs unsandboxed (the default is the bubblewrap sandbox). Each test runs twice: the attempt
+    through a launcher started for it (cold), and through one started ahead and waiting (warm,
+    as a worker runs attempts)."""
     host = request.node.get_closest_marker("host_processes") is not None
+    warm = request.param == "warm"
 
     async def run(
         *actions: str,
@@ -38,9 +42,21 @@ def run_agent(runs_root: Path, request: pytest.FixtureRequest) -> RunAgent:
             overrides.setdefault("isolation", "none")
             settings = agent_settings(*actions, **overrides)
             confinement = resolve("test-agent", settings, user=None)[0]
-            agent = CommandAgent("test-agent", settings, runs_root, confinement=confinement)
+            agent = CommandAgent(
+                "test-agent", settings, runs_root, confinement=confinement, warm=warm
+            )
         else:
-            agent = CommandAgent("test-agent", agent_settings(*actions, **overrides), runs_root)
-        return await agent.run(task or make_task(), control_ or control())
+            settings = agent_settings(*actions, **overrides)
+            agent = CommandAgent("test-agent", settings, runs_root, warm=warm)
+        try:
+            ctl = control_ or control()
+            if warm:
+                began = time.monotonic()
+                assert await agent.warm_up() > 0, "no launcher was started ahead"
+                # The test's deadline counts from its call, not from the warm-up.
+                ctl.deadline += time.monotonic() - began
+            return await agent.run(task or make_task(), ctl)
+        finally:
+            agent.close()
 
     return run

@@ -12,7 +12,7 @@ import http.server
 import os
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,22 @@ def test_bubblewrap_works_here() -> None:
     assert bwrap_problem(default_user()) is None
 
 
+_BUILT: list[CommandAgent] = []
+_WARM: list[bool] = [False]
+
+
+@pytest.fixture(autouse=True, params=["cold", "warm"])
+async def close_agents(request: pytest.FixtureRequest) -> AsyncIterator[None]:
+    """Each attack twice: through a launcher started for the attempt (cold), and through one a
+    worker started ahead (warm). The agents a test built are closed as a worker does when it
+    stops (their launchers started ahead go with them), in the test's own event loop."""
+    _WARM[0] = request.param == "warm"
+    yield
+    _WARM[0] = False  # other modules' tests run attacks through run() too
+    while _BUILT:
+        _BUILT.pop().close()
+
+
 def make_agent(tmp_path: Path, **fields: Any) -> CommandAgent:
     """The attacker agent as a worker with a config file and a PostgreSQL queue builds it."""
     config_dir = tmp_path / "etc-agentqueue"
@@ -59,6 +75,7 @@ def make_agent(tmp_path: Path, **fields: Any) -> CommandAgent:
     settings = load_settings(config)
     (agent,) = build_executors(settings, {}, concurrency=4, database_url=DATABASE)
     assert isinstance(agent, CommandAgent)
+    _BUILT.append(agent)
     return agent
 
 
@@ -70,6 +87,8 @@ async def attack(agent: CommandAgent, action: str, *args: object, secs: float = 
 
 async def run(agent: CommandAgent, action: str, *args: object, secs: float = 30) -> AttemptResult:
     task = make_task(payload={"action": action, "args": [str(a) for a in args]})
+    if _WARM[0]:
+        assert await agent.warm_up() > 0, "no launcher was started ahead"
     return await agent.run(task, control(secs))
 
 

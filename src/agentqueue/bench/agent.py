@@ -114,7 +114,10 @@ async def per_attempt(runs: int) -> dict[str, Any]:
                 AGENT, settings, user=default_user(), deny_ports=[POSTGRES_PORT]
             )
             kinds[way] = "bubblewrap" if confinement.bwrap else f"none ({fallback or 'asked'})"
-            agents[way] = CommandAgent(AGENT, settings, Path(tmp) / way, confinement=confinement)
+            # As a worker builds it: launchers started ahead of the attempts.
+            agents[way] = CommandAgent(
+                AGENT, settings, Path(tmp) / way, confinement=confinement, warm=True
+            )
         times: dict[str, list[float]] = {"bare": [], "python": [], **{way: [] for way in WAYS}}
         try:
             await bare_ms([TRUE])  # one each to warm up, not counted
@@ -125,6 +128,9 @@ async def per_attempt(runs: int) -> dict[str, Any]:
                 times["bare"].append(await bare_ms([TRUE]))
                 times["python"].append(await bare_ms(PYTHON))
                 for way, agent in agents.items():
+                    # Its next launcher has started, as between a worker's attempts of agents
+                    # that run longer than a launcher takes to start (not counted).
+                    await agent.warm_up()
                     times[way].append(await _attempt_ms(agent))
         finally:
             for agent in agents.values():
@@ -168,9 +174,13 @@ async def run(ctx: BenchContext) -> dict[str, Any]:
             "start to the last completion recorded.",
             f"Per attempt: {runs} attempts of each way and {runs} bare fork+execs of {TRUE} "
             "(asyncio.create_subprocess_exec, waited for), in turn, in the benchmark process; "
-            "overhead = the attempt's p50 (p99) minus the bare fork+exec's p50 (p99). Default "
+            "overhead = the attempt's p50 (p99) minus the bare fork+exec's p50 (p99). The "
+            "agents are built as a worker builds them, with launchers started ahead: before "
+            "each attempt the benchmark waits (not counted) until the agent's next launcher is "
+            "ready, as it is between the attempts of agents that run longer than a launcher "
+            "takes to start. Default "
             f"isolation here: {attempts['default']['sandbox']}. Beside them, the start of an "
-            "empty `python -I -S` (how the attempt's launcher is started): p50 "
+            "empty `python -I -S` (how a launcher is started, ahead of its attempt): p50 "
             f"{fmt_ms(attempts['python_start']['p50_ms'])}.",
         ],
     }

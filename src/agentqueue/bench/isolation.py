@@ -4,7 +4,8 @@ Runs one attempt of ``/bin/true`` as a command agent ``runs`` times each unsandb
 (``isolation = "none"``), under bubblewrap, and under bubblewrap with ``network = true`` (the
 Landlock rule closing the PostgreSQL port), and reports each attempt's wall time (p50, p90):
 working directory, launcher, sandbox, agent, removal. Run as root, the agents run as
-``nobody``, as a worker runs them."""
+``nobody``, as a worker runs them, through launchers started ahead (each attempt waits, not
+counted, until its agent's next launcher is ready, as between the attempts of long agents)."""
 
 from __future__ import annotations
 
@@ -77,13 +78,15 @@ async def _measure(ways: list[tuple[str, dict[str, Any]]], root: Path, runs: int
     for name, fields in ways:
         settings = AgentSettings(command=["/bin/true"], task_types=["bench"], **fields)
         confinement, _ = resolve(name, settings, user=default_user(), deny_ports=[POSTGRES_PORT])
-        agents.append(CommandAgent(name, settings, root, confinement=confinement))
+        # As a worker builds it: launchers started ahead of the attempts.
+        agents.append(CommandAgent(name, settings, root, confinement=confinement, warm=True))
     times: list[list[float]] = [[] for _ in agents]
     try:
         for agent in agents:  # one attempt each to warm up, not counted
             await _attempt_ms(agent)
         for _ in range(runs):  # taken in turn, so a change of load weighs on each alike
             for index, agent in enumerate(agents):
+                await agent.warm_up()  # its next launcher ready, as between long attempts
                 times[index].append(await _attempt_ms(agent))
     finally:
         for agent in agents:

@@ -70,6 +70,10 @@ class LastLine:
         self.line: bytes | None = None
         self.too_long = False
 
+    def bind(self, protocol: ProtocolLine | None) -> None:
+        """Offer lines to ``protocol`` from now on (a launcher started before its attempt)."""
+        self._protocol = protocol
+
     def _extend(self, data: bytes) -> None:
         if self._partial_too_long:
             return

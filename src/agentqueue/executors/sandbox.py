@@ -14,6 +14,15 @@ process group), with the agent's scrubbed environment, working directory and pip
 * on SIGUSR1 from the worker (a timeout or cancel whose grace has run out) kills the same way
   at once.
 
+A launcher can also be started ahead of its attempt, *warm*: ``sandbox.py --warm WARM`` where
+WARM is a JSON object with ``parent_pid``, ``status_fd``, ``spec_fd``, ``join`` (the
+``cgroup.procs`` files it joins at once, so that the agent it forks is born in them) and
+``landlock_fd`` (enforced at once, on itself and so on the agent). It arms itself as below,
+joins, says it is ready (a newline on ``status_fd``) and waits for SPEC on ``spec_fd`` (read to
+its end; nothing at all: it exits). SPEC then also gives the agent's working directory ``cwd``
+and environment ``env``. The interpreter's start, the cgroup joins and the Landlock domain (each
+some milliseconds to tens of them) are then paid before the attempt, not during it.
+
 SPEC is a JSON object: ``command`` (argv list), ``parent_pid``, ``status_fd``, and optional
 ``cpu_secs``, ``memory_bytes``, ``open_files``, ``file_bytes`` (the largest file it may write),
 ``program`` (the agent's program when ``command`` runs it through a sandbox: checked first, so
@@ -119,13 +128,13 @@ def _restrict(ruleset_fd: int) -> None:
     os.close(ruleset_fd)
 
 
-def _find_program(name: str) -> None:
+def _find_program(name: str, env: dict[str, str] | None = None) -> None:
     """Fail as ``exec`` would when ``name`` (the agent's program, run through the sandbox)
-    cannot be run."""
+    cannot be run, looked for on the PATH of ``env`` (default: the launcher's own)."""
     if "/" in name:
         candidates = [name]
     else:
-        path = os.environ.get("PATH", os.defpath)
+        path = (os.environ if env is None else env).get("PATH", os.defpath)
         candidates = [os.path.join(d or ".", name) for d in path.split(os.pathsep)]
     for candidate in candidates:
         if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
@@ -165,8 +174,9 @@ def _exec_agent(spec: dict[str, Any], launcher_pid: int, report_fd: int) -> None
         if spec.get("landlock_fd") is not None:
             _restrict(spec["landlock_fd"])
         command = spec["command"]
+        env = spec.get("env")
         if spec.get("program"):
-            _find_program(spec["program"])
+            _find_program(spec["program"], env)
         if spec.get("user"):
             uid, gid = spec["user"]
             os.setgroups([])
@@ -178,7 +188,10 @@ def _exec_agent(spec: dict[str, Any], launcher_pid: int, report_fd: int) -> None
             os._exit(SPAWN_FAILED_EXIT)
         for sig in spec.get("ignore_signals") or ():
             signal.signal(sig, signal.SIG_IGN)
-        os.execvp(command[0], command)
+        if env is None:
+            os.execvp(command[0], command)
+        else:  # the program is looked for on the PATH of ``env``, as a shell would
+            os.execvpe(command[0], command, env)
     except BaseException as exc:
         if isinstance(exc, OSError) and exc.strerror:
             reason = exc.strerror
@@ -215,16 +228,13 @@ def main(argv: list[str]) -> None:
         _kill_everything()
 
 
-def _launch(argv: list[str]) -> None:
+def _arm(parent_pid: int) -> None:
+    """Take the signals the launcher must, die with the worker, and reap orphans."""
     # The worker stops an attempt by signalling the whole group; the launcher must outlive the
     # agent to report its status, so it only notes SIGTERM and SIGINT.
     signal.signal(signal.SIGTERM, lambda signum, frame: None)
     signal.signal(signal.SIGINT, lambda signum, frame: None)
     signal.signal(KILL_SIGNAL, lambda signum, frame: _kill_everything())
-    spec: dict[str, Any] = json.loads(argv[1])
-    parent_pid: int = spec["parent_pid"]
-    status_fd: int = spec["status_fd"]
-    os.set_inheritable(status_fd, False)
 
     def on_parent_death(signum: int, frame: object) -> None:
         # Only the kernel's death notice counts; an agent signalling its own group does not.
@@ -238,6 +248,38 @@ def _launch(argv: list[str]) -> None:
     # Descendants that leave the group and lose their parent come back here to be killed.
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
 
+
+def _launch(argv: list[str]) -> None:
+    if argv[1] == "--warm":
+        warm: dict[str, Any] = json.loads(argv[2])
+        _arm(warm["parent_pid"])
+        for procs in warm.get("join") or ():
+            # Joined now, while nothing waits: the agent forked later is born in them.
+            with open(procs, "w") as f:
+                f.write(str(os.getpid()))
+        if warm.get("landlock_fd") is not None:
+            # Enforced now too (its 65,535 rules take the kernel tens of milliseconds to copy);
+            # the agent inherits it, and the launcher itself connects nowhere.
+            _restrict(warm["landlock_fd"])
+        os.write(warm["status_fd"], b"\n")  # ready (the status after it is read as JSON)
+        raw = _read_all(warm["spec_fd"])
+        if not raw:  # the worker let this launcher go unused
+            return
+        spec: dict[str, Any] = json.loads(raw)
+        spec["status_fd"] = warm["status_fd"]
+        # Joined and enforced above, for the agent too.
+        spec["cgroup_procs"] = spec["net_cgroup_procs"] = spec["landlock_fd"] = None
+        os.chdir(spec["cwd"])
+    else:
+        spec = json.loads(argv[1])
+        _arm(spec["parent_pid"])
+    _run(spec)
+
+
+def _run(spec: dict[str, Any]) -> None:
+    """Fork the agent of ``spec``, wait for it and report its status."""
+    status_fd: int = spec["status_fd"]
+    os.set_inheritable(status_fd, False)
     report_r, report_w = os.pipe()  # close-on-exec: EOF means the exec succeeded
     launcher_pid = os.getpid()
     pid = os.fork()

@@ -33,6 +33,7 @@ import logging
 import math
 import os
 import re
+import select
 import shutil
 import signal
 import stat
@@ -100,6 +101,62 @@ _FILE_SIZE_SIGNS = ("File too large",)
 _MIB = 1024 * 1024
 _DISK_POLL_SECS = 0.2  # how often the working directory's size is checked
 _SANDBOX_SIGNALS = [signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1]
+WARM_LAUNCHERS = 4
+"""At most this many launchers (and never more than the agent's ``max_concurrent``) are kept
+started ahead of their attempts, per agent."""
+
+
+@dataclasses.dataclass
+class _Warm:
+    """A launcher started ahead of its attempt (``sandbox.py --warm``), waiting for its SPEC."""
+
+    loop: asyncio.AbstractEventLoop
+    transport: asyncio.SubprocessTransport
+    agent: AgentProcess
+    spec_w: int
+    status_r: int
+    cgroup: PidsCgroup | None
+
+    def usable(self, loop: asyncio.AbstractEventLoop) -> bool:
+        return self.loop is loop and self.transport.get_returncode() is None
+
+    def ready(self) -> bool:
+        """Whether it has armed itself and waits (it said so on the status pipe)."""
+        readable, _, _ = select.select([self.status_r], [], [], 0)
+        return bool(readable)
+
+    def readiness(self) -> asyncio.Future[None]:
+        """Done when it is ready (or gone): the status pipe has something to read."""
+        done: asyncio.Future[None] = self.loop.create_future()
+
+        def readable() -> None:
+            self.loop.remove_reader(self.status_r)
+            if not done.done():
+                done.set_result(None)
+
+        self.loop.add_reader(self.status_r, readable)
+        return done
+
+    def stop_watching(self) -> None:
+        self.loop.remove_reader(self.status_r)
+
+    def discard(self, keep_cgroup: bool = False) -> None:
+        """Let it go: it reads no SPEC and exits; its cgroup goes with it unless kept."""
+        for fd in (self.spec_w, self.status_r):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        with contextlib.suppress(Exception):
+            self.transport.close()  # kills it if it has not gone yet
+        if self.cgroup is not None and not keep_cgroup:
+            with contextlib.suppress(OSError):
+                self.cgroup.remove()
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+    os.close(fd)
 
 
 class _BadResult(Exception):
@@ -268,7 +325,10 @@ class CommandAgent:
         workdir_root: Path,
         confinement: Confinement | None = None,
         prompts: Prompts | None = None,
+        warm: bool = False,
     ) -> None:
+        """``warm``: keep launchers started ahead of attempts (a worker does; whoever asks for
+        them must :meth:`close` the agent before its event loop ends)."""
         self.name = name
         self.settings = settings
         self.prompts = prompts if prompts else None
@@ -290,13 +350,126 @@ class CommandAgent:
         if os.sep in program and not os.path.isabs(program):
             program = os.path.abspath(program)
         self.command = [program, *args]
+        # Launchers started ahead of their attempts.
+        self._warm: list[_Warm] = []
+        self._warming = 0
+        self._starting: set[asyncio.Task[None]] = set()
+        self._warm_size = min(max(self.max_concurrent, 2), WARM_LAUNCHERS) if warm else 0
+        self._warm_count = 0
 
     def close(self) -> None:
         """Let go of what the agent shares with the worker's other agents: the network filter's
-        cgroup, removed with its last user (the worker calls this when it stops)."""
+        cgroup, removed with its last user, and the launchers started ahead (the worker calls
+        this when it stops)."""
+        self._warm_size = 0
+        for starting in self._starting:
+            starting.cancel()
+        warm, self._warm = self._warm, []
+        for launcher in warm:
+            launcher.discard()
         net_filter, self._net_filter = self._net_filter, None
         if net_filter is not None:
             net_filter.release()
+
+    # --- launchers started ahead ----------------------------------------------------------------
+
+    async def warm_up(self, within: float = 10.0) -> int:
+        """Start the launchers kept ahead (if this agent keeps any) and wait, at most
+        ``within`` seconds, until each is ready; how many are."""
+        if self._warm_size:
+            self._fill(asyncio.get_running_loop())
+            await asyncio.gather(*self._starting)
+            waits = [w.readiness() for w in self._warm if not w.ready()]
+            if waits:
+                await asyncio.wait(waits, timeout=within)
+            for w in self._warm:
+                w.stop_watching()
+        return sum(1 for w in self._warm if w.ready())
+
+    def _fill(self, loop: asyncio.AbstractEventLoop) -> None:
+        while len(self._warm) + self._warming < self._warm_size:
+            self._warming += 1
+            starting = loop.create_task(self._start_warm(loop))
+            self._starting.add(starting)
+            starting.add_done_callback(self._starting.discard)
+
+    def _take_warm(self) -> _Warm | None:
+        """A launcher started ahead for this loop, if one is ready; more are started behind it."""
+        loop = asyncio.get_running_loop()
+        taken = None
+        while self._warm and taken is None:
+            launcher = self._warm.pop(0)
+            if launcher.usable(loop):
+                taken = launcher
+            else:
+                launcher.discard()
+        self._fill(loop)
+        return taken
+
+    async def _start_warm(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start one launcher ahead: it arms itself, joins the attempt's cgroups and waits."""
+        cgroup = None
+        fds: list[int] = []
+        try:
+            self._warm_count += 1
+            cgroup = await asyncio.to_thread(
+                PidsCgroup.make,
+                f"warm-{os.getpid()}-{id(self):x}-{self._warm_count}",
+                # The launcher is in the group too, beside the agent's processes.
+                self.settings.max_processes + 1,
+            )
+            net_filter = self.confinement.net_filter
+            join = [p for p in (cgroup and cgroup.procs, net_filter and net_filter.procs) if p]
+            deny = self.confinement.deny_ports
+            # The worker's one ruleset (made once), enforced by the launcher as it warms up.
+            landlock = landlock_ruleset(deny) if deny else None
+            spec_r, spec_w = os.pipe()
+            status_r, status_w = os.pipe()
+            fds = [spec_r, spec_w, status_r, status_w]
+            warm = {
+                "parent_pid": os.getpid(),
+                "spec_fd": spec_r,
+                "status_fd": status_w,
+                "join": join,
+                "landlock_fd": landlock,
+            }
+            agent = AgentProcess(loop, self.settings.max_output_bytes)
+            transport, _ = await loop.subprocess_exec(
+                lambda: agent,
+                sys.executable,
+                "-I",
+                "-S",
+                str(SANDBOX),
+                "--warm",
+                json.dumps(warm),
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                cwd="/",
+                env={},
+                start_new_session=True,
+                pass_fds=(spec_r, status_w) if landlock is None else (spec_r, status_w, landlock),
+            )
+            os.close(spec_r)
+            os.close(status_w)
+            fds = []
+            launcher = _Warm(loop, transport, agent, spec_w, status_r, cgroup)
+            if self._warm_size:
+                self._warm.append(launcher)
+            else:  # closed meanwhile
+                launcher.discard()
+            cgroup = None
+        except Exception as exc:
+            # Attempts start cold instead; nothing is lost but their start-up time.
+            log.debug("agent %s: no launcher started ahead: %s", self.name, exc)
+            for fd in fds:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            if cgroup is not None:
+                with contextlib.suppress(OSError):
+                    await asyncio.to_thread(cgroup.remove)
+        finally:
+            self._warming -= 1
 
     # --- the attempt ----------------------------------------------------------------------------
 
@@ -327,11 +500,17 @@ class CommandAgent:
                 retryable=True,
             )
         cpu_secs = self.settings.cpu_secs or max(1, math.ceil(limit))
-        cgroup = await asyncio.to_thread(PidsCgroup.make, workdir.name, self.settings.max_processes)
+        warm = self._take_warm() if self._warm_size else None
+        if warm is not None:
+            cgroup = warm.cgroup
+        else:
+            cgroup = await asyncio.to_thread(
+                PidsCgroup.make, workdir.name, self.settings.max_processes
+            )
         result: AttemptResult | None = None
         try:
             result = await self._attempt(
-                task, control, workdir, deadline, timeout_error, cpu_secs, cgroup
+                task, control, workdir, deadline, timeout_error, cpu_secs, cgroup, warm
             )
             return result
         finally:
@@ -352,6 +531,7 @@ class CommandAgent:
         timeout_error: str,
         cpu_secs: int,
         cgroup: PidsCgroup | None,
+        warm: _Warm | None = None,
     ) -> AttemptResult:
         view: dict[str, Any] = agent_view(task)
         prompt = None
@@ -386,7 +566,6 @@ class CommandAgent:
                 )
             if name == TASK_FILE:
                 task_json = data
-        status_r, status_w = os.pipe()
         confinement = self.confinement
         disk_bytes = self.settings.disk_mb * _MIB
         command = self.command
@@ -405,7 +584,7 @@ class CommandAgent:
             "command": command,
             "program": self.command[0] if confinement.bwrap else None,
             "parent_pid": os.getpid(),
-            "status_fd": status_w,
+            "status_fd": -1,  # set below
             "cpu_secs": cpu_secs,
             "memory_bytes": (self.settings.memory_mb or 0) * _MIB or None,
             "open_files": self.settings.open_files,
@@ -423,30 +602,39 @@ class CommandAgent:
         loop = asyncio.get_running_loop()
         disk = _DiskWatch(loop, workdir, disk_bytes)
         protocol = AgentProtocol(loop, control.save_checkpoint)
-        agent = AgentProcess(loop, self.settings.max_output_bytes, protocol.line)
-        try:
-            transport, _ = await loop.subprocess_exec(
-                lambda: agent,
-                sys.executable,
-                "-I",
-                "-S",
-                str(SANDBOX),
-                json.dumps(spec),
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                cwd=workdir,
-                env=self._environment(task, workdir, prompt is not None),
-                start_new_session=True,
-                pass_fds=(status_w,) if landlock is None else (status_w, landlock),
-            )
-        except OSError as exc:
-            os.close(status_r)
-            return AttemptResult(
-                AttemptEnd.FAILED, error=f"cannot start the agent sandbox: {exc}", retryable=True
-            )
-        finally:
-            os.close(status_w)
+        env = self._environment(task, workdir, prompt is not None)
+        started = await self._hand_over(warm, spec, workdir, env, protocol) if warm else None
+        if started is not None:
+            transport, agent, status_r = started
+        else:
+            status_r, status_w = os.pipe()
+            spec["status_fd"] = status_w
+            agent = AgentProcess(loop, self.settings.max_output_bytes, protocol.line)
+            try:
+                transport, _ = await loop.subprocess_exec(
+                    lambda: agent,
+                    sys.executable,
+                    "-I",
+                    "-S",
+                    str(SANDBOX),
+                    json.dumps(spec),
+                    stdin=asyncio.subprocess.PIPE,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.PIPE,
+                    cwd=workdir,
+                    env=env,
+                    start_new_session=True,
+                    pass_fds=(status_w,) if landlock is None else (status_w, landlock),
+                )
+            except OSError as exc:
+                os.close(status_r)
+                return AttemptResult(
+                    AttemptEnd.FAILED,
+                    error=f"cannot start the agent sandbox: {exc}",
+                    retryable=True,
+                )
+            finally:
+                os.close(status_w)
 
         try:
             stdin = transport.get_pipe_transport(0)
@@ -631,6 +819,26 @@ class CommandAgent:
             for path in (workdir, workdir / ".home", workdir / ".tmp"):
                 os.chown(path, *user)
         return workdir
+
+    async def _hand_over(
+        self,
+        warm: _Warm,
+        spec: dict[str, Any],
+        workdir: Path,
+        env: dict[str, str],
+        protocol: AgentProtocol,
+    ) -> tuple[asyncio.SubprocessTransport, AgentProcess, int] | None:
+        """Give a launcher started ahead its SPEC; None if it is gone (start one cold)."""
+        spec = {**spec, "cwd": str(workdir), "env": env}
+        try:
+            # A SPEC longer than a pipe holds is read by the launcher as it is written.
+            await asyncio.to_thread(_write_all, warm.spec_w, json.dumps(spec).encode())
+        except OSError as exc:
+            log.debug("agent %s: the launcher started ahead is gone: %s", self.name, exc)
+            warm.discard(keep_cgroup=True)  # the attempt's group still: a cold start joins it
+            return None
+        warm.agent.last_line.bind(protocol.line)
+        return warm.transport, warm.agent, warm.status_r
 
     def _environment(self, task: Task, workdir: Path, prompted: bool = False) -> dict[str, str]:
         """Only what the agent needs: nothing of the worker's environment leaks unless allowed."""

@@ -160,7 +160,7 @@ def build_executors(
         elif confinement.network and confinement.net_filter_problem is not None:
             metadata_open.append(f"{name} ({confinement.net_filter_problem})")
         executors.append(
-            CommandAgent(name, narrowed, root, confinement=confinement, prompts=prompts)
+            CommandAgent(name, narrowed, root, confinement=confinement, prompts=prompts, warm=True)
         )
     if unsandboxed:
         log.warning(
