@@ -10,6 +10,7 @@ import asyncio
 import json
 import os
 import signal
+import sys
 from pathlib import Path
 
 from agent_harness import agent_settings, alive, control, make_task
@@ -25,7 +26,7 @@ def _launchers(agent: CommandAgent) -> list[int]:
 
 def _warm_cgroups() -> set[str]:
     base = CGROUP_PIDS / "agentqueue"
-    prefix = f"warm-{os.getpid()}-"
+    prefix = f"w{os.getpid()}-warm-"
     return {p.name for p in base.glob(f"{prefix}*")} if base.exists() else set()
 
 
@@ -93,3 +94,57 @@ async def test_a_launcher_that_died_while_waiting_means_a_cold_start(runs_root: 
         assert result.result == {"ok": 1}
     finally:
         agent.close()
+
+
+_KILLED_WORKER = """
+import asyncio, sys, time
+from pathlib import Path
+from agent_harness import agent_settings, control, make_task
+from agentqueue.executors.subprocess import CommandAgent
+
+async def main():
+    agent = CommandAgent("warm", agent_settings("sleep", "60"), Path(sys.argv[1]), warm=True)
+    await agent.warm_up()
+    running = asyncio.create_task(agent.run(make_task(), control(120)))
+    await asyncio.sleep(0.5)
+    print("running", flush=True)
+    await running
+
+asyncio.run(main())
+"""
+
+_SWEEPER = """
+from agentqueue.executors.isolation import PidsCgroup
+made = PidsCgroup.make("probe", 1)
+assert made is not None
+made.remove()
+"""
+
+
+async def test_the_cgroups_of_a_killed_worker_are_removed_by_the_next_one(
+    runs_root: Path,
+) -> None:
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
+    worker = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        _KILLED_WORKER,
+        str(runs_root),
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    assert worker.stdout is not None
+    line = await asyncio.wait_for(worker.stdout.readline(), 60)
+    assert line.strip() == b"running"
+    base = CGROUP_PIDS / "agentqueue"
+    left = {p.name for p in base.glob(f"w{worker.pid}-*")}
+    assert any("warm-" in name for name in left) and len(left) >= 2, left
+    worker.kill()  # no clean-up: its launchers die with it, its groups stay
+    await worker.wait()
+    for _ in range(100):
+        sweeper = await asyncio.create_subprocess_exec(sys.executable, "-c", _SWEEPER, env=env)
+        assert await sweeper.wait() == 0
+        if not list(base.glob(f"w{worker.pid}-*")):
+            break
+        await asyncio.sleep(0.1)
+    assert not list(base.glob(f"w{worker.pid}-*"))

@@ -19,6 +19,7 @@ import functools
 import logging
 import os
 import pwd
+import re
 import shutil
 import subprocess
 import sys
@@ -322,10 +323,13 @@ class PidsCgroup:
 
     @classmethod
     def make(cls, name: str, limit: int) -> PidsCgroup | None:
+        """A group named ``w<worker pid>-<name>``: the groups of a worker that was killed before
+        it removed them are removed by the next one made here (see :func:`_sweep_pids`)."""
         base = CGROUP_PIDS / "agentqueue"
         try:
             base.mkdir(exist_ok=True)
-            path = base / name
+            _sweep_pids(base)
+            path = base / f"w{os.getpid()}-{name}"
             path.mkdir()
         except OSError:
             return None
@@ -344,6 +348,26 @@ class PidsCgroup:
     def remove(self) -> None:
         """Remove the group (its processes have ended; a straggler is killed first)."""
         remove_cgroup(self.path)
+
+
+_PIDS_NAME = re.compile(r"w(\d+)-.+")
+_swept: list[bool] = [False]
+
+
+def _sweep_pids(base: Path) -> None:
+    """Once per process: remove the groups of workers that no longer run (killed before they
+    removed theirs); a group with a process left in it refuses, and stays."""
+    if _swept[0]:
+        return
+    _swept[0] = True
+    with contextlib.suppress(OSError):
+        for entry in base.iterdir():
+            found = _PIDS_NAME.fullmatch(entry.name)
+            if found is None or int(found.group(1)) == os.getpid():
+                continue
+            if not Path(f"/proc/{found.group(1)}").exists():
+                with contextlib.suppress(OSError):
+                    entry.rmdir()
 
 
 def cgroups_usable() -> bool:

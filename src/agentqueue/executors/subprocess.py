@@ -414,7 +414,7 @@ class CommandAgent:
             self._warm_count += 1
             cgroup = await asyncio.to_thread(
                 PidsCgroup.make,
-                f"warm-{os.getpid()}-{id(self):x}-{self._warm_count}",
+                f"warm-{id(self):x}-{self._warm_count}",
                 # The launcher is in the group too, beside the agent's processes.
                 self.settings.max_processes + 1,
             )
