@@ -20,6 +20,7 @@ LAYERS: dict[str, int] = {
     "ids": 1,
     "spec": 1,
     "config": 1,
+    "envsettings": 1,
     "logsetup": 1,
     "tracing": 1,
     "intake": 1,
