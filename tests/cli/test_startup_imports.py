@@ -20,10 +20,13 @@ HELP_ONLY = ("asyncio", "sqlite3", "pydantic", "pydantic_settings", "agentqueue.
 """What ``--help`` and a bare ``import agentqueue.cli`` need no more than the heavy libraries:
 the event loop, the database driver, the configuration's validation and the rules of the
 domain load when a command runs."""
-LIST_NEVER = ("pydantic_settings", "pydantic.plugin._loader", "importlib.metadata")
+LIST_NEVER = ("pydantic_settings", "pydantic.plugin._loader", "importlib.metadata",
+              "agentqueue.executors.inprocess", "agentqueue.service.actions",
+              "agentqueue.service.execution", "agentqueue.service.submit")  # fmt: skip
 """What ``list`` with no configuration file and no override does not load: the settings are the
 defaults, built without validation (pydantic loads its plugins, through importlib.metadata, when
-it first builds a validator; pydantic-settings is not a dependency)."""
+it first builds a validator; pydantic-settings is not a dependency), and the queue's operations
+other than the reads are loaded when first called."""
 OURS = (
     "agentqueue.api",
     "agentqueue.worker",
