@@ -132,11 +132,16 @@ def environment_values(
 ) -> dict[str, Any]:
     """What the ``prefix`` variables of ``environ`` set in ``model``, by field name. A field of
     ``whole_excluded`` is not read from its own variable (its ``__`` variables still are)."""
-    env = {name.lower(): value for name, value in environ.items()}
     prefix = prefix.lower()
+    # Only the prefix's variables: the type checks below are paid for the fields they set.
+    env = {
+        name.lower(): value for name, value in environ.items() if name.lower().startswith(prefix)
+    }
     values: dict[str, Any] = {}
     for name, field in model.model_fields.items():
         variable = prefix + name.lower()
+        if variable not in env and not any(v.startswith(variable + NESTING) for v in env):
+            continue
         value = None if name in whole_excluded else env.get(variable)
         read, required = _complexity(field.annotation)
         if not read:
