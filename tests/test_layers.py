@@ -21,6 +21,7 @@ LAYERS: dict[str, int] = {
     "spec": 1,
     "config": 1,
     "prompts": 1,
+    "envsettings": 1,
     "logsetup": 1,
     "tracing": 1,
     "intake": 1,

@@ -14,8 +14,9 @@ import os
 import pwd
 import re
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -26,13 +27,6 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic.fields import FieldInfo
-from pydantic_settings import (
-    BaseSettings,
-    EnvSettingsSource,
-    PydanticBaseSettingsSource,
-    SettingsConfigDict,
-)
 
 from .domain.audit import AuditKey, Keyring
 from .domain.errors import ConfigError, FieldProblem, InvalidInput
@@ -41,15 +35,19 @@ from .domain.limits import MAX_CONFIG_BYTES, json_problem, read_bounded, utf8_te
 from .domain.priority import DEFAULT_AGING_INTERVAL_SECS
 from .domain.retention import RetentionPolicy
 from .domain.retry import BackoffPolicy
+from .envsettings import by_field_name, deep_update, environment_values
 from .prompts import PromptError, Prompts, PromptTemplate
 from .prompts import check as check_prompt
 from .spec import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_TENANT, check_name
 
 ENV_PREFIX = "AGENTQUEUE_"
+M = TypeVar("M", bound=BaseModel)
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Validators are built on first use, not at import: a command that reads no configuration
+    # file and no override builds none (start-up time; see default_settings).
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 class QueueSettings(_Section):
@@ -766,27 +764,35 @@ class IntakeSettings(_Section):
     github: list[GitHubRule] = Field(default_factory=list)
 
 
-class _Environment(EnvSettingsSource):
-    """The environment, less ``AGENTQUEUE_API``: the URL of a server for the CLI, which would
-    otherwise be read as the whole ``[api]`` section in JSON and refused."""
-
-    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
-        value, key, is_complex = super().get_field_value(field, field_name)
-        if field_name == "api":
-            value = None
-        return value, key, is_complex
+WHOLE_EXCLUDED = frozenset({"api"})
+"""Fields not read from their own variable: ``AGENTQUEUE_API`` is the URL of a server for the
+CLI, which would otherwise be read as the whole ``[api]`` section in JSON and refused (its keys
+are still read: ``AGENTQUEUE_API__PORT``)."""
 
 
-class Settings(BaseSettings):
-    """Everything configurable. Build with :func:`load_settings`."""
+TEXT_FIELDS = frozenset({"db"})
+"""Top-level fields of type ``str | None``, which any variable's text is a valid value of."""
 
-    model_config = SettingsConfigDict(
-        env_prefix=ENV_PREFIX,
-        env_nested_delimiter="__",
-        extra="forbid",
-        frozen=True,
-        case_sensitive=False,
+
+def environment(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """What the ``AGENTQUEUE_`` variables of ``environ`` (default: this process's) set, as a
+    configuration table (see agentqueue.envsettings for the rules)."""
+    return environment_values(
+        Settings, os.environ if environ is None else environ, ENV_PREFIX, WHOLE_EXCLUDED
     )
+
+
+class Settings(BaseModel):
+    """Everything configurable. Build with :func:`load_settings`.
+
+    Built directly, ``Settings(**values)`` reads the environment too: its overrides beat
+    ``values`` (top-level names matched without regard to case), as :func:`load_settings` does
+    with the file's table."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
+
+    def __init__(self, **values: Any) -> None:
+        super().__init__(**deep_update(by_field_name(Settings, values), environment()))
 
     db: str | None = None
     """Database URL, used when neither the caller nor AGENTQUEUE_DB names one."""
@@ -861,18 +867,6 @@ class Settings(BaseSettings):
             or any(t.rate_limit for t in self.task_types.values())
         )
 
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # The TOML file arrives as init values; the environment overrides it.
-        return (_Environment(settings_cls), init_settings)
-
     def timeouts(self) -> dict[str, int]:
         """Configured attempt timeouts by task_type."""
         return {name: t.timeout_secs for name, t in self.task_types.items() if t.timeout_secs}
@@ -925,13 +919,42 @@ def parse_config_text(raw: bytes | str, name: str = "the configuration") -> dict
 
 
 def settings_from(data: dict[str, Any]) -> Settings:
-    """Settings from a parsed configuration table and the environment; ConfigError if bad."""
+    """Settings from a parsed configuration table and the environment; ConfigError if bad.
+    When neither sets anything but text fields (``AGENTQUEUE_DB``), the defaults built without
+    validation (see :func:`default_settings`), with that text."""
+    if not data:
+        overrides = environment()
+        if overrides.keys() <= TEXT_FIELDS:
+            # Text is all a text field takes (AGENTQUEUE_DB): nothing to validate.
+            return default_settings().model_copy(update=overrides)
     try:
         settings = Settings(**data)
     except ValidationError as exc:
         problems = [_problem(err) for err in exc.errors(include_url=False, include_input=False)]
         raise ConfigError(problems) from None
     return settings
+
+
+def default_settings() -> Settings:
+    """The default settings, built without validation (the defaults are valid: a test holds
+    them equal to ``Settings()`` validated), so that a command with no configuration builds no
+    validator (start-up time). The environment is not read."""
+    return _construct(Settings)
+
+
+def _construct(model: type[M]) -> M:
+    values: dict[str, Any] = {}
+    for name, field in model.model_fields.items():
+        factory = field.default_factory
+        if isinstance(factory, type) and issubclass(factory, BaseModel):
+            values[name] = _construct(factory)
+        elif factory is not None:
+            values[name] = factory()  # type: ignore[call-arg]
+        elif field.is_required():
+            raise TypeError(f"{model.__name__}.{name} has no default")
+        else:
+            values[name] = field.default
+    return model.model_construct(_fields_set=set(), **values)
 
 
 def _problem(err: Any) -> FieldProblem:

@@ -1,5 +1,6 @@
-"""Names a package loads from its modules on first use (PEP 562), so that importing the package
-(the command line does on every start) does not import what a command never touches."""
+"""Names a package loads from its modules on first use (PEP 562), and modules a module imports at
+their first use (LazyModule), so that importing them (the command line does on every start) does
+not import what a command never touches."""
 
 from __future__ import annotations
 
@@ -23,3 +24,19 @@ def lazy_names(
         return value
 
     return load
+
+
+class LazyModule:
+    """Stands for the module ``name`` (absolute), imported at the first use of one of its
+    attributes, so that a module naming it costs nothing to a command that never calls it
+    (start-up time). Every attribute is looked up in the module itself, so what is patched there
+    is seen here; the import is the interpreter's own (safe from any thread)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(importlib.import_module(self._name), attr)
+
+    def __repr__(self) -> str:
+        return f"<lazy module {self._name!r}>"

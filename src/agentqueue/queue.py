@@ -23,29 +23,51 @@ from uuid import UUID
 
 from .clock import Clock, SystemClock
 from .config import Settings, load_settings
-from .domain.access import TokenRecord, in_scope
-from .domain.audit import Anchor, install_keys
-from .domain.deliveries import DeliveryRecord
+from .domain.access import in_scope
+from .domain.audit import install_keys
 from .domain.errors import InvalidInput
-from .domain.models import Event, LogRecord, Task
-from .domain.schedule import Schedule
+from .domain.models import Task
 from .domain.states import Action, Refusal, TaskState
-from .domain.waiting import Reason, Scope, Survey
-from .executors.inprocess import Handler
 from .ids import parse_task_id
-from .service import actions, approvals, audit, execution, pausing, reads, submit, tokens
-from .service import deliveries as deliveries_service
-from .service import tools as tools_service
-from .service import waiting as waiting_service
-from .service.audit import VerifyReport
-from .service.execution import HeartbeatReply, Outcome, OutcomeKind
-from .service.reads import Stats, TaskPage
+from .lazy import LazyModule
+from .service import reads
 from .service.runtime import Runtime
-from .service.submit import SubmitResult
 from .spec import TaskSpec, check_name
-from .store import DEFAULT_URL, Lease, Store, describe_url, make_store
-from .store.base import LeaderInfo, PausedType
+from .store import DEFAULT_URL, describe_url, make_store
+from .store.base import Lease
 from .supervise import Supervisor, until_reachable
+
+if TYPE_CHECKING:
+    from .domain.access import TokenRecord
+    from .domain.audit import Anchor
+    from .domain.deliveries import DeliveryRecord
+    from .domain.models import Event, LogRecord
+    from .domain.schedule import Schedule
+    from .domain.waiting import Reason, Scope, Survey
+    from .executors.inprocess import Handler
+    from .service import actions, approvals, audit, execution, pausing, submit, tokens
+    from .service import deliveries as deliveries_service
+    from .service import tools as tools_service
+    from .service import waiting as waiting_service
+    from .service.audit import VerifyReport
+    from .service.execution import HeartbeatReply, Outcome
+    from .service.reads import Stats, TaskPage
+    from .service.submit import SubmitResult
+    from .store import Store
+    from .store.base import LeaderInfo, PausedType
+else:
+    # The operations a command may not call are loaded when first called (start-up time:
+    # ``agentqueue list`` needs only the reads).
+    actions = LazyModule("agentqueue.service.actions")
+    approvals = LazyModule("agentqueue.service.approvals")
+    audit = LazyModule("agentqueue.service.audit")
+    execution = LazyModule("agentqueue.service.execution")
+    pausing = LazyModule("agentqueue.service.pausing")
+    submit = LazyModule("agentqueue.service.submit")
+    tokens = LazyModule("agentqueue.service.tokens")
+    deliveries_service = LazyModule("agentqueue.service.deliveries")
+    tools_service = LazyModule("agentqueue.service.tools")
+    waiting_service = LazyModule("agentqueue.service.waiting")
 
 if TYPE_CHECKING:
     # Loaded by the methods that use them: a one-shot command (``agentqueue list``) reads the
@@ -391,7 +413,9 @@ class AsyncQueue:
     ) -> Task:
         """Mark a claimed task completed; LeaseLost if ``lock_token`` no longer holds it."""
         lease = _lease((task_id, lock_token))
-        outcome = Outcome(lease.task_id, lease.lock_token, OutcomeKind.COMPLETED, result=result)
+        outcome = execution.Outcome(
+            lease.task_id, lease.lock_token, execution.OutcomeKind.COMPLETED, result=result
+        )
         return await execution.finish_one(await self._ready(), outcome, self.actor)
 
     async def fail(
@@ -405,15 +429,21 @@ class AsyncQueue:
         """Record a failed attempt: retrying (with backoff) or dead_letter when retryable,
         failed when not. LeaseLost if ``lock_token`` no longer holds the task."""
         lease = _lease((task_id, lock_token))
-        outcome = Outcome(
-            lease.task_id, lease.lock_token, OutcomeKind.FAILED, error=error, retryable=retryable
+        outcome = execution.Outcome(
+            lease.task_id,
+            lease.lock_token,
+            execution.OutcomeKind.FAILED,
+            error=error,
+            retryable=retryable,
         )
         return await execution.finish_one(await self._ready(), outcome, self.actor)
 
     async def release(self, task_id: UUID | str, lock_token: UUID | str, reason: str = "") -> Task:
         """Give a claimed task back to the queue without counting a retry."""
         lease = _lease((task_id, lock_token))
-        outcome = Outcome(lease.task_id, lease.lock_token, OutcomeKind.RELEASED, reason=reason)
+        outcome = execution.Outcome(
+            lease.task_id, lease.lock_token, execution.OutcomeKind.RELEASED, reason=reason
+        )
         return await execution.finish_one(await self._ready(), outcome, self.actor)
 
     # --- scheduler steps --------------------------------------------------------------------

@@ -57,7 +57,8 @@ class TaskSpec(BaseModel):
     silently drops a setting.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Its validator is built on first use: commands that submit nothing never build it.
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     id: UUID | None = None
     """Chosen by the caller, so tasks of one batch can name each other in depends_on; the
