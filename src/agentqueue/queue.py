@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from .domain.schedule import Schedule
     from .domain.waiting import Reason, Scope, Survey
     from .executors.inprocess import Handler
-    from .service import actions, approvals, audit, execution, pausing, submit, tokens
+    from .service import actions, approvals, audit, execution, pausing, submit, threads, tokens
     from .service import deliveries as deliveries_service
     from .service import tools as tools_service
     from .service import waiting as waiting_service
@@ -64,6 +64,7 @@ else:
     execution = LazyModule("agentqueue.service.execution")
     pausing = LazyModule("agentqueue.service.pausing")
     submit = LazyModule("agentqueue.service.submit")
+    threads = LazyModule("agentqueue.service.threads")
     tokens = LazyModule("agentqueue.service.tokens")
     deliveries_service = LazyModule("agentqueue.service.deliveries")
     tools_service = LazyModule("agentqueue.service.tools")
@@ -281,6 +282,11 @@ class AsyncQueue:
         """The prompt a command agent is given for the task (its template rendered with the
         task as it is now); None when no ``[prompts]`` template applies to it."""
         return await reads.prompt(await self._ready(), parse_task_id(task_id), self.tenant)
+
+    async def thread(self, task_id: UUID | str) -> list[Task]:
+        """The thread a task is in (a mail and its replies): its first task, then the replies,
+        oldest first at each level; NotFound if there is no such task."""
+        return await threads.thread(await self._ready(), parse_task_id(task_id), self.tenant)
 
     async def stats(self) -> Stats:
         """Task counts by state."""
@@ -1035,6 +1041,7 @@ class Queue:
     purge_dead_letters = _facade(AsyncQueue.purge_dead_letters)
     verify = _facade(AsyncQueue.verify)
     logs = _facade(AsyncQueue.logs)
+    thread = _facade(AsyncQueue.thread)
     add_schedule = _facade(AsyncQueue.add_schedule)
     schedules = _facade(AsyncQueue.schedules)
     remove_schedule = _facade(AsyncQueue.remove_schedule)

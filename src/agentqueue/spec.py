@@ -89,6 +89,9 @@ class TaskSpec(BaseModel):
     traceparent: str | None = None
     """The W3C trace context the task belongs to (default: the caller's current span, when
     the caller uses OpenTelemetry)."""
+    in_reply_to: UUID | None = None
+    """The mail this mail answers (a thread): it must exist in the same tenant, be of the same
+    kind, and this reply must come from its recipient (``requested_by``)."""
 
     @field_validator("traceparent")
     @classmethod

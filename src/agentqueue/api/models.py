@@ -57,6 +57,7 @@ class TaskOut(_Out):
     started_at: str | None
     finished_at: str | None
     traceparent: str | None = None
+    in_reply_to: str | None = None
 
 
 class WaitingOut(_Out):
@@ -101,6 +102,12 @@ class TaskPageOut(_Out):
 
     items: list[TaskOut]
     next: str | None
+
+
+class ThreadOut(_Out):
+    """A thread: its first task, then the replies (``in_reply_to``), oldest first."""
+
+    items: list[TaskOut]
 
 
 class EventOut(_Out):

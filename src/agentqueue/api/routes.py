@@ -25,7 +25,17 @@ from ..domain.limits import JSONLimitError, parse_json
 from ..domain.models import Task
 from ..domain.states import Action, TaskState
 from ..ids import parse_task_id
-from ..service import actions, approvals, audit, deliveries, pausing, reads, tokens, waiting
+from ..service import (
+    actions,
+    approvals,
+    audit,
+    deliveries,
+    pausing,
+    reads,
+    threads,
+    tokens,
+    waiting,
+)
 from ..service import schedules as cron_schedules
 from ..service import tools as tools_service
 from ..service.runtime import Runtime
@@ -317,6 +327,20 @@ SSE_EVENT = {
     },
     "required": ["id", "event", "data"],
 }
+
+
+@router.get(
+    "/tasks/{task_id}/thread",
+    summary="The thread a task is in: a mail and its replies",
+    response_model=models.ThreadOut,
+    responses=ERRORS,
+    **guarded(access.SUBMITTER),
+)
+async def thread(request: Request, who: Who, task_id: str) -> dict[str, Any]:
+    """The thread's first task, then every reply (``in_reply_to``), oldest first at each
+    level."""
+    found = await threads.thread(_rt(request), _id(task_id), who.tenant)
+    return {"items": [t.to_json() for t in found]}
 
 
 @router.get(

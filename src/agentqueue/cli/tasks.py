@@ -44,7 +44,10 @@ from .shell import (
 @click.option("--timeout", help="Seconds per attempt (default by task type).")
 @click.option("--max-retries", help="Automatic retries (default 3; at most 3 for P0).")
 @click.option("--run-after", help="Not before: ISO 8601 time or +30s/+5m/+2h/+1d.")
-@click.option("--requested-by", help="Who asked for it (default: --actor).")
+@click.option("--requested-by", help="Who asked for it (default: --actor); for mail, the sender.")
+@click.option(
+    "--in-reply-to", help="Mail: the mail this one answers (sent by its recipient; a thread)."
+)
 @click.option(
     "--traceparent",
     help="W3C trace context (00-<trace id>-<span id>-<flags>): each attempt's span is its "
@@ -125,6 +128,8 @@ def _submit_fields(flags: dict[str, Any]) -> dict[str, Any]:
             fields["payload"] = read_json_arg(flags["payload"], "payload")
         if flags.get("label"):
             fields["labels"] = list(flags["label"])
+        if flags.get("in_reply_to") is not None:
+            fields["in_reply_to"] = str(parse_task_id(flags["in_reply_to"], "in_reply_to"))
         if flags.get("depends_on"):
             fields["depends_on"] = [
                 str(parse_task_id(d, "depends_on")) for d in flags["depends_on"]
@@ -217,7 +222,8 @@ def list_cmd(
 )
 @click.pass_context
 def show(ctx: click.Context, task_id: str, as_json: bool, prompt: bool) -> None:
-    """Show one task and, unless it has ended, why it waits (``waiting``)."""
+    """Show one task, unless it has ended why it waits (``waiting``), and the thread it is in,
+    if it is in one (a mail and its replies: ``thread``)."""
     tid = _id(task_id)
     if prompt:
         text = run(ctx, lambda q: q.prompt(tid))
@@ -228,16 +234,31 @@ def show(ctx: click.Context, task_id: str, as_json: bool, prompt: bool) -> None:
         else:
             click.echo(text, nl=False)
         return
-    task, reasons = run(ctx, lambda q: q.waiting(tid))
+
+    async def read(q: Any) -> tuple[Any, Any, Any]:
+        task, reasons = await q.waiting(tid)
+        return task, reasons, await q.thread(tid)
+
+    task, reasons, thread = run(ctx, read)
+    in_thread = len(thread) > 1
     if as_json:
         data = task.to_json()
         if reasons:
             data["waiting"] = [r.to_json() for r in reasons]
+        if in_thread:
+            data["thread"] = [t.to_json() for t in thread]
         emit_json(data)
     else:
         show_task(task)
         for reason in reasons:
             click.echo(f"{'waiting'.ljust(len('idempotency_key'))}  {reason.text}")
+        if in_thread:
+            click.echo("thread")
+            for t in thread:
+                mark = "*" if t.id == task.id else " "
+                click.echo(
+                    f"  {mark} {t.id}  {t.requested_by} -> {t.assignee}  {t.state.value}  {t.title}"
+                )
 
 
 @click.command("tool-result")

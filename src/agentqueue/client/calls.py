@@ -173,6 +173,13 @@ class Calls:
         return Call("GET", f"/tasks/{_tid(task_id)}/events", lambda d: _many(d, Event.from_json))
 
     @staticmethod
+    def thread(task_id: UUID | str) -> Call[list[Task]]:
+        """The thread a task is in: its first task, then the replies."""
+        return Call(
+            "GET", f"/tasks/{_tid(task_id)}/thread", lambda d: _many(d["items"], Task.from_json)
+        )
+
+    @staticmethod
     def stream_events(task_id: UUID | str) -> Call[Event]:
         """Every event of the task so far, then each new one as it is written, until the
         task's terminal event (server-sent events); ``decode`` reads one event."""

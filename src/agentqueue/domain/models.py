@@ -93,6 +93,8 @@ class Task:
     traceparent: str | None = None
     """The W3C trace context taken at submit: each attempt's span is its child, and command
     agents get it (or the attempt span's) as ``TRACEPARENT``."""
+    in_reply_to: UUID | None = None
+    """The mail this one answers (a mail thread, R25); None for everything else."""
 
     @property
     def terminal(self) -> bool:
@@ -157,6 +159,7 @@ class Task:
             "started_at": _iso(self.started_at),
             "finished_at": _iso(self.finished_at),
             "traceparent": self.traceparent,
+            "in_reply_to": str(self.in_reply_to) if self.in_reply_to else None,
         }
 
     @classmethod
@@ -205,6 +208,7 @@ class Task:
             started_at=_at_or_none(data.get("started_at")),
             finished_at=_at_or_none(data.get("finished_at")),
             traceparent=data.get("traceparent"),
+            in_reply_to=_uuid_or_none(data.get("in_reply_to")),
         )
 
 

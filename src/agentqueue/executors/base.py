@@ -86,6 +86,9 @@ class AttemptControl:
     """Set when the worker asks the attempt to give up its slot (preemption, R11)."""
     save_checkpoint: Callable[[Any], Awaitable[bool]] | None = None
     """Keep a checkpoint with the task now (fenced by the lease); False if the lease is lost."""
+    send_reply: Callable[[Any], Awaitable[str | None]] | None = None
+    """Record the reply the agent sent (a ``{"reply": {...}}`` line) now: None once it is
+    recorded, else why it was refused (naming the field)."""
     _on_stop: list[Callable[[], object]] = field(default_factory=list)
     _on_yield: list[Callable[[], object]] = field(default_factory=list)
 

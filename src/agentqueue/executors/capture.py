@@ -2,9 +2,9 @@
 
 The agent never blocks on a full pipe: output is consumed as it comes, each stream is kept up to
 a cap (the head, marked truncated beyond it), and the last line of stdout, where the result may
-be, is tracked on its own so a flood cannot push it out. Protocol lines on stdout (checkpoints and
-tool calls, see :mod:`agentqueue.executors.subprocess`) are handed to a callback as they arrive and
-are never taken for the result.
+be, is tracked on its own so a flood cannot push it out. Protocol lines on stdout (checkpoints,
+tool calls and replies, see :mod:`agentqueue.executors.subprocess`) are handed to a callback as
+they arrive and are never taken for the result.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ TAIL_BYTES = 4096  # of stderr, kept for error messages and for naming a resourc
 ProtocolLine = Callable[[bytes], bool]
 """Called with each complete stdout line that may be a protocol line; True if it was one."""
 
-PROTOCOL_MARKERS = (b'"checkpoint"', b'"tool_call"')
+PROTOCOL_MARKERS = (b'"checkpoint"', b'"tool_call"', b'"reply"')
 """What a protocol line must contain: lines without them are never parsed, so a flood of plain
 output costs no more than before."""
 _MARKER_BYTES = max(len(marker) for marker in PROTOCOL_MARKERS)

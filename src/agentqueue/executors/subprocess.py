@@ -15,8 +15,10 @@ killed too.
 
 Resumable work (R9, R11): the agent finds its task's last checkpoint in ``checkpoint.json`` and the
 tool calls made so far, with their results, in ``tool_results.json``. A stdout line that is a JSON
-object with the single key ``checkpoint`` saves progress at once; one with the single key
-``tool_call`` asks for a tool, and the agent then exits with a success code: the task waits for the
+object with the single key ``checkpoint`` saves progress at once; one with the single key ``reply``
+sends the task's reply at once (a mail's answer: the worker records it, since an isolated agent
+has no database to write to; one per attempt); one with the single key ``tool_call`` asks for a
+tool, and the agent then exits with a success code: the task waits for the
 tool without holding a slot and a later attempt resumes. When the worker asks an attempt to yield
 its slot, the agent gets SIGUSR1 and ``yield_grace_secs`` to print a checkpoint and exit; the
 attempt then ends preempted, however the agent exits. Every outcome carries the latest checkpoint.
@@ -168,17 +170,20 @@ class _BadProtocolLine(Exception):
 
 
 class AgentProtocol:
-    """What an agent said in protocol lines on stdout: its checkpoints and its tool call.
+    """What an agent said in protocol lines on stdout: its checkpoints, its reply and its tool
+    call.
 
     :meth:`line` is called from the output reader, so it never waits: a checkpoint is saved by
-    a background task, at most one save at a time, always ending with the latest checkpoint.
-    The first bad line is kept in ``error`` and sets ``failed``.
+    a background task, at most one save at a time, always ending with the latest checkpoint; a
+    reply is sent by another. The first bad line (or a reply refused) is kept in ``error`` and
+    sets ``failed``.
     """
 
     def __init__(
         self,
         loop: asyncio.AbstractEventLoop,
         save: Callable[[Any], Awaitable[bool]] | None = None,
+        send_reply: Callable[[Any], Awaitable[str | None]] | None = None,
     ) -> None:
         self.checkpoint: Any = None
         self.checkpointed = False
@@ -189,6 +194,8 @@ class AgentProtocol:
         self._save = save
         self._saving: asyncio.Task[None] | None = None
         self._unsaved = False
+        self._send_reply = send_reply
+        self._replying: asyncio.Task[None] | None = None
 
     def line(self, line: bytes) -> bool:
         """Handle ``line`` if it is a protocol line (True), else leave it alone (False)."""
@@ -199,7 +206,7 @@ class AgentProtocol:
         if not isinstance(message, dict) or len(message) != 1:
             return False
         ((key, value),) = message.items()
-        if key not in ("checkpoint", "tool_call"):
+        if key not in ("checkpoint", "tool_call", "reply"):
             return False
         if self.error is not None:
             return True  # the attempt has failed already; later lines change nothing
@@ -210,6 +217,8 @@ class AgentProtocol:
                         f"checkpoint: larger than 1 MiB ({len(line)} bytes on its line)"
                     )
                 self._checkpoint(value)
+            elif key == "reply":
+                self._reply(value)
             else:
                 if self.tool_call is not None:
                     raise _BadProtocolLine(
@@ -229,19 +238,39 @@ class AgentProtocol:
         return dataclasses.replace(result, checkpoint=self.checkpoint, checkpointed=True)
 
     async def settle(self, wait_secs: float) -> None:
-        """Wait (up to ``wait_secs``) until the latest checkpoint is saved."""
-        saving = self._saving
-        if saving is None or saving.done():
-            return
-        await asyncio.wait([saving], timeout=wait_secs)
-        if not saving.done():
-            log.warning("a checkpoint was not saved within %.0fs; the attempt ends", wait_secs)
-            saving.cancel()
+        """Wait (up to ``wait_secs``) until the latest checkpoint is saved and the reply sent:
+        the outcome written next is judged on them (a mail's timeout looks for its reply)."""
+        for what, job in (("a checkpoint", self._saving), ("the reply", self._replying)):
+            if job is None or job.done():
+                continue
+            await asyncio.wait([job], timeout=wait_secs)
+            if not job.done():
+                log.warning("%s was not saved within %.0fs; the attempt ends", what, wait_secs)
+                job.cancel()
 
     def abandon(self) -> None:
         """Stop saving (the attempt was torn down from outside)."""
-        if self._saving is not None:
-            self._saving.cancel()
+        for job in (self._saving, self._replying):
+            if job is not None:
+                job.cancel()
+
+    def _reply(self, value: Any) -> None:
+        if self._replying is not None:
+            raise _BadProtocolLine("reply: a second reply in one attempt (one reply per task)")
+        if self._send_reply is None:
+            raise _BadProtocolLine("reply: this executor records no replies")
+        self._replying = self._loop.create_task(self._send(self._send_reply, value))
+
+    async def _send(self, send: Callable[[Any], Awaitable[str | None]], value: Any) -> None:
+        try:
+            refused = await send(value)
+        except Exception:
+            # Not recorded (the database away, say): the task is judged without it.
+            log.exception("sending a reply failed")
+            return
+        if refused is not None and self.error is None:
+            self.error = refused
+            self.failed.set_result(None)
 
     def _checkpoint(self, value: Any) -> None:
         self.checkpoint, self.checkpointed = value, True
@@ -601,7 +630,7 @@ class CommandAgent:
         }
         loop = asyncio.get_running_loop()
         disk = _DiskWatch(loop, workdir, disk_bytes)
-        protocol = AgentProtocol(loop, control.save_checkpoint)
+        protocol = AgentProtocol(loop, control.save_checkpoint, control.send_reply)
         env = self._environment(task, workdir, prompt is not None)
         started = await self._hand_over(warm, spec, workdir, env, protocol) if warm else None
         if started is not None:

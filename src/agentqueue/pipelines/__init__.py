@@ -16,13 +16,24 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from ..config import Settings
-from ..domain.errors import ConfigError
+from ..domain.errors import ConfigError, InvalidInput
 from ..domain.guardrails import Guardrail
+from ..domain.models import Task
 from ..spec import TaskSpec
-from .base import AgentBook, AgentProfile, Hold, Pipeline, PipelineContext, Routable, Route
+from .base import (
+    AgentBook,
+    AgentProfile,
+    Hold,
+    Pipeline,
+    PipelineContext,
+    Routable,
+    Route,
+    ThreadReads,
+    Verdict,
+)
 from .mail import MailPipeline
 from .task import TaskPipeline
 
@@ -35,6 +46,8 @@ __all__ = [
     "Pipelines",
     "Routable",
     "Route",
+    "ThreadReads",
+    "Verdict",
     "register_kind",
 ]
 
@@ -125,3 +138,31 @@ class Pipelines:
             if guardrail.name == rule and guardrail.approvers is not None:
                 return guardrail.approvers
         return None
+
+    # --- the hooks, as the shared execution layer calls them (a kind may leave them out) -----
+
+    def checks_completion(self, kind: str) -> bool:
+        """Whether completions of ``kind`` must be put to its pipeline's ``on_complete``."""
+        pipeline = self.by_kind.get(kind)
+        if pipeline is None:
+            return False
+        return bool(getattr(pipeline, "checks_completion", hasattr(pipeline, "on_complete")))
+
+    async def on_timeout(self, task: Task, reads: ThreadReads) -> Verdict:
+        """What ``task``'s kind makes of its attempt's timeout (accepted by default)."""
+        hook = getattr(self.by_kind.get(task.kind), "on_timeout", None)
+        return Verdict.accept() if hook is None else await hook(task, reads)
+
+    async def on_complete(self, task: Task, result: Any, reads: ThreadReads) -> Verdict:
+        """Whether ``task``'s kind lets its completion stand (accepted by default)."""
+        hook = getattr(self.by_kind.get(task.kind), "on_complete", None)
+        return Verdict.accept() if hook is None else await hook(task, result, reads)
+
+    def reply(self, task: Task, body: Any) -> dict[str, Any]:
+        """The submission a reply line of ``task``'s agent becomes; InvalidInput if its kind
+        takes none or ``body`` is not one."""
+        hook = getattr(self.by_kind.get(task.kind), "reply", None)
+        if hook is None:
+            raise InvalidInput(f"a task of kind {task.kind!r} sends no replies", "reply")
+        result: dict[str, Any] = hook(task, body)
+        return result

@@ -8,16 +8,22 @@ task's pipeline at four points:
   deliveries (:meth:`Pipeline.expand`, broadcast) and what holds the new task in blocked
   (:meth:`Pipeline.hold_new`);
 - when the dependency step releases a task: what holds it next (:meth:`Pipeline.hold_released`);
-- at admission: which agent runs it, or why none can (:meth:`Pipeline.route`).
+- at admission: which agent runs it, or why none can (:meth:`Pipeline.route`);
+- when an attempt ends: what its timeout means (:meth:`Pipeline.on_timeout`) and whether its
+  completion stands (:meth:`Pipeline.on_complete`), decided in the transaction that writes the
+  outcome; and what a reply the agent sends while it runs becomes (:meth:`Pipeline.reply`).
 
-Nothing outside this package looks at a task's kind.
+The hooks are optional: a kind without them accepts every timeout and completion and takes no
+replies (see :class:`agentqueue.pipelines.Pipelines`). Nothing outside this package looks at a
+task's kind.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
+from uuid import UUID
 
 from ..config import Settings
 from ..domain.errors import FieldProblem
@@ -35,6 +41,53 @@ class Routable(Protocol):
     def assignee(self) -> str | None: ...
     @property
     def labels(self) -> tuple[str, ...]: ...
+
+
+class ThreadReads(Protocol):
+    """What the hooks may read, inside the transaction that writes the outcome."""
+
+    async def replies(self, tenant: str, ids: Sequence[UUID]) -> list[Task]:
+        """The tasks of ``tenant`` that answer any of ``ids`` (``in_reply_to``), oldest first."""
+        ...
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What a kind makes of an attempt's timeout or completion.
+
+    Accepted (the default): the outcome stands as the executor reported it. ``refused``: the
+    attempt fails with that reason, retryably (retried, and dead-lettered with the reason once
+    its retries are spent). ``completes``: a timeout that completes the task after all, with
+    ``result`` (the work was done before the time ran out); ``reason`` goes into its event.
+    """
+
+    refused: str | None = None
+    completes: bool = False
+    result: Any = None
+    reason: str = ""
+
+    @classmethod
+    def accept(cls) -> Verdict:
+        """Let the outcome stand."""
+        return _ACCEPT
+
+    @classmethod
+    def refuse(cls, reason: str) -> Verdict:
+        """A retryable failure saying ``reason``."""
+        return cls(refused=reason)
+
+    @classmethod
+    def complete(cls, result: Any, reason: str = "") -> Verdict:
+        """Complete the task with ``result`` (for a timeout)."""
+        return cls(completes=True, result=result, reason=reason)
+
+    @property
+    def accepted(self) -> bool:
+        """Whether the outcome stands as reported."""
+        return self.refused is None and not self.completes
+
+
+_ACCEPT = Verdict()
 
 
 @dataclass(frozen=True)
@@ -173,4 +226,26 @@ class Pipeline(Protocol):
 
     def route(self, task: Routable) -> Route:
         """Where admission may send the task."""
+        ...
+
+    # --- optional hooks (a kind without them accepts every outcome and takes no replies) ----
+
+    checks_completion: bool
+    """Whether :meth:`on_complete` may refuse a completion. False lets the execution layer
+    write this kind's completions set-wise, without asking."""
+
+    async def on_timeout(self, task: Task, reads: ThreadReads) -> Verdict:
+        """What an attempt of ``task`` that ran out of time means: accept (it fails, retryably,
+        as any timeout), refuse with another reason, or complete the task after all."""
+        ...
+
+    async def on_complete(self, task: Task, result: Any, reads: ThreadReads) -> Verdict:
+        """Whether an attempt's completion with ``result`` stands: accept, or refuse with a
+        reason (a retryable failure)."""
+        ...
+
+    def reply(self, task: Task, body: Any) -> dict[str, Any]:
+        """The submission a ``{"reply": body}`` line of ``task``'s agent becomes (fields of a
+        task spec); InvalidInput naming the field if ``body`` is not one, or if the kind takes
+        no replies."""
         ...

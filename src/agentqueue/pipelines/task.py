@@ -10,13 +10,14 @@ to at most N capable agents, one task each.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
-from ..domain.errors import FieldProblem
+from ..domain.errors import FieldProblem, InvalidInput
 from ..domain.guardrails import first_match
 from ..domain.models import Task
 from ..domain.states import HOLD_APPROVAL, HOLD_DEPENDENCIES
 from ..spec import TaskSpec
-from .base import Hold, PipelineContext, Routable, Route
+from .base import Hold, PipelineContext, Routable, Route, ThreadReads, Verdict
 
 
 class TaskPipeline:
@@ -24,6 +25,7 @@ class TaskPipeline:
 
     kind = "task"
     guarded = True
+    checks_completion = False
 
     def __init__(self, ctx: PipelineContext) -> None:
         self.ctx = ctx
@@ -33,7 +35,9 @@ class TaskPipeline:
         return True
 
     def problems(self, spec: TaskSpec, field: Callable[[str], str]) -> list[FieldProblem]:
-        """Nothing beyond the common rules."""
+        """Nothing beyond the common rules; a task answers no mail."""
+        if spec.in_reply_to is not None:
+            return [FieldProblem(field("in_reply_to"), "only mail answers mail")]
         return []
 
     def expand(self, spec: TaskSpec) -> list[TaskSpec]:
@@ -108,3 +112,15 @@ class TaskPipeline:
             f"no agent can do it: no agent declaring task type {task.task_type!r} has "
             f"every label of {labels}"
         )
+
+    async def on_timeout(self, task: Task, reads: ThreadReads) -> Verdict:
+        """A timeout is a retryable failure, as any."""
+        return Verdict.accept()
+
+    async def on_complete(self, task: Task, result: Any, reads: ThreadReads) -> Verdict:
+        """Every completion stands (the agent is released with it)."""
+        return Verdict.accept()
+
+    def reply(self, task: Task, body: Any) -> dict[str, Any]:
+        """A task takes no replies."""
+        raise InvalidInput("a task sends no replies (only mail does)", "reply")

@@ -21,7 +21,7 @@ from ..domain.models import LogRecord, Task
 from ..domain.states import Action, Refusal, RefusalKind, Request, TaskState, bulk_event
 from ..domain.values import NUL, without_nul
 from ..store import Lease
-from ..store.base import ClaimParams
+from ..store.base import ClaimParams, Tx
 from .records import apply_decisions, decide_and_apply
 from .runtime import Runtime
 
@@ -173,12 +173,16 @@ async def finish(
     # The set-wise statement writes no deliveries: a completion that calls for one (a callback,
     # a reply on its GitHub issue), or whose claimed image is not at hand to tell, is decided
     # row by row below, where the deliveries are stored with it.
+    # Nor are completions its pipeline must judge first (``on_complete``): they are judged in
+    # the transaction that writes them.
+    pipelines = rt.pipelines
     completing = [
         o
         for o in outcomes
         if o.kind is OutcomeKind.COMPLETED
         and o.claimed is not None
         and not needs_delivery(o.claimed)
+        and not pipelines.checks_completion(o.claimed.kind)
     ]
     items = [(o.task_id, o.lock_token, o.result) for o in completing]
     heads = (
@@ -201,6 +205,7 @@ async def finish(
     refusals: dict[UUID, Refusal] = {}
     if rest or logs:
         async with rt.store.transaction() as tx:
+            by_id.update(await _judged(rt, tx, rest, tried))
             # Decided on the claimed image, written with a guard: every outcome but a completion
             # the set-wise statement tried (its lease moved on: read it afresh).
             known = [o.claimed for o in rest if o.claimed is not None and o.task_id not in tried]
@@ -223,6 +228,58 @@ async def finish(
             kind = _ACTIONS[by_id[task_id].kind]
             out[task_id] = Refusal(task_id, kind, None, RefusalKind.FENCED, "no such task")
     return out
+
+
+async def _judged(
+    rt: Runtime, tx: Tx, outcomes: Sequence[Outcome], tried: set[UUID]
+) -> dict[UUID, Outcome]:
+    """The outcomes their task's pipeline changes (R25): a timeout it completes or refuses
+    otherwise (``on_timeout``), a completion it refuses (``on_complete``), made retryable
+    failures with its reason. Judged inside ``tx``, which writes them."""
+    pipelines = rt.pipelines
+    asked = [
+        o
+        for o in outcomes
+        if (o.kind is OutcomeKind.FAILED and o.timed_out) or o.kind is OutcomeKind.COMPLETED
+    ]
+    if not asked:
+        return {}
+    images = {
+        o.task_id: o.claimed for o in asked if o.claimed is not None and o.task_id not in tried
+    }
+    missing = [o.task_id for o in asked if o.task_id not in images]
+    if missing:
+        images.update({t.id: t for t in await tx.lock(missing)})
+    judged: dict[UUID, Outcome] = {}
+    for o in asked:
+        task = images.get(o.task_id)
+        if task is None or task.lock_token != o.lock_token:
+            continue  # not this attempt's any more: the state machine refuses the outcome
+        if o.kind is OutcomeKind.COMPLETED:
+            if not pipelines.checks_completion(task.kind):
+                continue
+            verdict = await pipelines.on_complete(task, o.result, tx)
+        else:
+            verdict = await pipelines.on_timeout(task, tx)
+        if verdict.refused is not None:
+            judged[o.task_id] = replace(
+                o,
+                kind=OutcomeKind.FAILED,
+                result=None,
+                error=verdict.refused,
+                retryable=True,
+                reason=verdict.refused,
+            )
+        elif verdict.completes:
+            judged[o.task_id] = replace(
+                o,
+                kind=OutcomeKind.COMPLETED,
+                result=checked_result(verdict.result),
+                error=None,
+                timed_out=False,
+                reason=verdict.reason,
+            )
+    return judged
 
 
 def _completed(claimed: Task, result: Any, now: datetime, head: tuple[int, str]) -> Task:

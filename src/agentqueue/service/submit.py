@@ -90,6 +90,7 @@ def build_task(rt: Runtime, spec: TaskSpec, kind: str = "task") -> Task:
         run_after=spec.run_after,
         traceparent=spec.traceparent
         or (current_traceparent() if rt.settings.logging.opentelemetry else None),
+        in_reply_to=spec.in_reply_to,
     )
 
 
@@ -132,7 +133,7 @@ async def submit_parsed(
     every default applied (the API's gathered single submits): they are not validated again.
     Pipelines, the tenant scope and dependencies are checked here as there."""
     specs, kinds = _through_pipelines(rt, specs, single)
-    await _check_scope_and_dependencies(rt, specs, tenant, single)
+    await _check_scope_and_dependencies(rt, specs, kinds, tenant, single)
     results: list[SubmitResult | None] = [None] * len(specs)
     for start in range(0, len(specs), BATCH):
         chunk = list(range(start, min(start + BATCH, len(specs))))
@@ -171,7 +172,7 @@ def _through_pipelines(
 
 
 async def _check_scope_and_dependencies(
-    rt: Runtime, specs: Sequence[TaskSpec], tenant: str | None, single: bool
+    rt: Runtime, specs: Sequence[TaskSpec], kinds: Sequence[str], tenant: str | None, single: bool
 ) -> None:
     problems: list[FieldProblem] = []
 
@@ -191,10 +192,17 @@ async def _check_scope_and_dependencies(
             batch.setdefault(spec.id, index)
     given = [spec.id for spec in specs if spec.id is not None]
     wanted = {dep for spec in specs for dep in spec.depends_on if dep not in batch}
-    looked_up = sorted({*given, *wanted}, key=str)
-    # Most submits name no ids and no dependencies: then there is nothing to read.
+    answered = {spec.in_reply_to for spec in specs if spec.in_reply_to is not None}
+    looked_up = sorted({*given, *wanted, *answered}, key=str)
+    # Most submits name no ids, no dependencies and no mail they answer: nothing to read.
     found = await rt.store.get_tasks(looked_up) if looked_up else []
     stored = {t.id: t.tenant for t in found}
+    tasks = {t.id: t for t in found}
+    for index, spec in enumerate(specs):
+        if spec.in_reply_to is not None:
+            problems.extend(
+                _reply_problems(spec, kinds[index], tasks, "" if single else f"tasks[{index}]")
+            )
     for index, spec in enumerate(specs):
         if spec.id is not None and stored.get(spec.id, spec.tenant) != spec.tenant:
             problems.append(FieldProblem(name(index, "id"), "is taken by another task"))
@@ -209,6 +217,35 @@ async def _check_scope_and_dependencies(
         problems.append(FieldProblem(name(batch[cycle[0]], "depends_on"), f"forms a cycle: {path}"))
     if problems:
         raise InvalidInput(problems)
+
+
+def _reply_problems(
+    spec: TaskSpec, kind: str, stored: Mapping[UUID, Task], prefix: str
+) -> list[FieldProblem]:
+    """What is wrong with ``spec`` as a reply: the mail it answers must exist in its tenant and
+    be of its kind, and the reply must come from that mail's recipient."""
+    parent = stored.get(spec.in_reply_to) if spec.in_reply_to is not None else None
+
+    def name(field: str) -> str:
+        return f"{prefix}.{field}" if prefix else field
+
+    if parent is None or parent.tenant != spec.tenant:
+        return [FieldProblem(name("in_reply_to"), f"no mail {spec.in_reply_to}")]
+    if parent.kind != kind:
+        return [
+            FieldProblem(
+                name("in_reply_to"), f"{parent.id} is of kind {parent.kind!r}, not {kind!r}"
+            )
+        ]
+    if parent.assignee != spec.requested_by:
+        return [
+            FieldProblem(
+                name("requested_by"),
+                f"a reply to {parent.id} comes from its recipient {parent.assignee!r}, "
+                f"not {spec.requested_by!r}",
+            )
+        ]
+    return []
 
 
 def find_cycle(graph: Mapping[UUID, Sequence[UUID]]) -> list[UUID] | None:

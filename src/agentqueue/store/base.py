@@ -419,6 +419,11 @@ class TaskTx(Protocol):
         """Executing tasks whose lease has run out."""
         ...
 
+    async def replies(self, tenant: str, ids: Sequence[UUID]) -> list[Task]:
+        """The tasks of ``tenant`` that answer any of ``ids`` (their ``in_reply_to``), oldest
+        first; read inside the transaction, not locked."""
+        ...
+
     async def lock_due_retries(self, limit: int, now: datetime) -> list[Task]:
         """Retrying tasks whose backoff has elapsed."""
         ...
@@ -750,6 +755,11 @@ class TaskReader(Protocol):
 
     async def list_tasks(self, flt: TaskFilter) -> list[Task]:
         """Tasks matching the filter, newest first, at most ``flt.limit``."""
+        ...
+
+    async def replies(self, tenant: str, ids: Sequence[UUID]) -> list[Task]:
+        """The tasks of ``tenant`` that answer any of ``ids`` (their ``in_reply_to``), oldest
+        first."""
         ...
 
     async def events(self, task_id: UUID, tenant: str | None = None) -> list[Event]:

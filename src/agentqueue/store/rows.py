@@ -107,7 +107,7 @@ TASK_INSERT_FIELDS = (
     "id", "tenant", "source", "source_id", "title", "task_type", "payload", "priority", "state",
     "max_retries", "timeout_secs", "assignee", "depends_on", "idempotency_key", "callback_url",
     "requested_by", "run_after", "eligible_at", "created_at", "event_seq", "last_hash", "hold",
-    "state_reason", "kind", "labels", "traceparent",
+    "state_reason", "kind", "labels", "traceparent", "in_reply_to",
 )  # fmt: skip
 
 MUTABLE_FIELDS = (
@@ -135,7 +135,7 @@ def encode(name: str, value: Any, codec: Codec) -> Any:
         return codec.json_out(value)
     if name in ("tool_calls", "labels"):
         return codec.json_out(list(value))
-    if name in ("id", "lock_token"):
+    if name in ("id", "lock_token", "in_reply_to"):
         return codec.uuid_out(value)
     if name == "depends_on":
         return codec.uuids_out(value)
@@ -214,6 +214,7 @@ def task_from_row(row: Row, codec: Codec) -> Task:
     if not codec.native:
         values["id"] = codec.uuid_in(values["id"])
         values["lock_token"] = codec.uuid_in(values["lock_token"])
+        values["in_reply_to"] = codec.uuid_in(values["in_reply_to"])
         for name in _TIME_FIELDS:
             values[name] = codec.time_in(values[name])
         for name in _JSON_FIELDS:

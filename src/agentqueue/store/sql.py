@@ -224,6 +224,10 @@ class SQLStore(QueryOps):
         """Tasks by id."""
         return await self._read_tasks("get_tasks", ids=list(ids), tenant=tenant)
 
+    async def replies(self, tenant: str, ids: Sequence[UUID]) -> list[Task]:
+        """The replies to these tasks."""
+        return await self._read_tasks("replies", tenant=tenant, ids=list(ids))
+
     async def list_tasks(self, flt: TaskFilter) -> list[Task]:
         """Filtered, newest first."""
         return await self._read_tasks(

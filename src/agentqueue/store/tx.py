@@ -98,6 +98,10 @@ class SQLTx(QueryOps):
         """The tasks with these ids, locked."""
         return await self._tasks(self._s, "lock_tasks", ids=list(ids), tenant=tenant)
 
+    async def replies(self, tenant: str, ids: Sequence[UUID]) -> list[Task]:
+        """The replies to these tasks (read, not locked)."""
+        return await self._tasks(self._s, "replies", tenant=tenant, ids=list(ids))
+
     async def lock_lapsed(self, limit: int, now: datetime) -> list[Task]:
         """Executing tasks whose lease ran out."""
         return await self._tasks(self._s, "lock_lapsed", limit=limit, now=now)

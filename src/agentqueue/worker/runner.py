@@ -26,7 +26,7 @@ from typing import Any
 from uuid import UUID
 
 from ..delivery import Deliverer, deliverer
-from ..domain.errors import AgentQueueError, ConfigError
+from ..domain.errors import AgentQueueError, ConfigError, InvalidInput
 from ..domain.models import LogRecord, Task
 from ..domain.retry import failure_is_retryable
 from ..domain.states import Refusal
@@ -34,6 +34,7 @@ from ..domain.tools import next_tool_call_id
 from ..executors.base import AttemptControl, AttemptEnd, AttemptResult, Executor
 from ..scheduler.loop import Scheduler
 from ..scheduler.steps import PERIODIC_STEPS
+from ..service import threads
 from ..service.execution import Outcome, OutcomeKind
 from ..service.tools import take_tool_calls
 from ..supervise import Supervisor, until_reachable
@@ -386,12 +387,20 @@ class Worker:
                 log.warning("checkpoint of task %s not kept: %s", task.id, exc)
                 return False
 
+        async def send_reply(body: object) -> str | None:
+            try:
+                await threads.send_reply(await self.queue.runtime(), task, body)
+            except InvalidInput as exc:
+                return str(exc)
+            return None
+
         control = AttemptControl(
             deadline=time.monotonic() + deadline_in,
             timeout_secs=float(task.timeout_secs),
             cancel_grace_secs=self.options.cancel_grace_secs,
             yield_grace_secs=self.options.yield_grace_secs,
             save_checkpoint=save_checkpoint,
+            send_reply=send_reply,
         )
         running = Running(task, executor, control, renewed_at=claimed_at)
         self.summary.claimed(task)

@@ -8,24 +8,24 @@ WITH ins AS (
     INSERT INTO aq_tasks (id, tenant, source, source_id, title, task_type, payload, priority,
         state, max_retries, timeout_secs, assignee, depends_on, idempotency_key, callback_url,
         requested_by, run_after, eligible_at, created_at, updated_at, event_seq, last_hash,
-        hold, state_reason, kind, labels, traceparent)
+        hold, state_reason, kind, labels, traceparent, in_reply_to)
     SELECT r.id, r.tenant, r.source, r.source_id, r.title, r.task_type, r.payload, r.priority,
         r.state, r.max_retries, r.timeout_secs, r.assignee,
         ARRAY(SELECT jsonb_array_elements_text(r.depends_on))::uuid[], r.idempotency_key,
         r.callback_url, r.requested_by, r.run_after, r.eligible_at, r.created_at, r.created_at,
         r.event_seq, r.last_hash, r.hold, r.state_reason, COALESCE(r.kind, 'task'),
-        COALESCE(r.labels, '[]'::jsonb), r.traceparent
+        COALESCE(r.labels, '[]'::jsonb), r.traceparent, r.in_reply_to
     FROM ROWS FROM (json_to_recordset(%(rows)s::json) AS (id uuid, tenant text,
         source text, source_id text, title text, task_type text, payload jsonb,
         priority smallint, state text, max_retries smallint, timeout_secs integer,
         assignee text, depends_on jsonb, idempotency_key text, callback_url text,
         requested_by text, run_after timestamptz, eligible_at timestamptz,
         created_at timestamptz, event_seq integer, last_hash text, hold text,
-        state_reason text, kind text, labels jsonb, traceparent text))
+        state_reason text, kind text, labels jsonb, traceparent text, in_reply_to uuid))
         WITH ORDINALITY AS r(id, tenant, source, source_id, title, task_type, payload, priority,
         state, max_retries, timeout_secs, assignee, depends_on, idempotency_key, callback_url,
         requested_by, run_after, eligible_at, created_at, event_seq, last_hash, hold,
-        state_reason, kind, labels, traceparent, ord)
+        state_reason, kind, labels, traceparent, in_reply_to, ord)
     ORDER BY r.ord
     ON CONFLICT DO NOTHING
     RETURNING id, seq, state, priority, last_hash,
@@ -135,6 +135,12 @@ FOR UPDATE SKIP LOCKED
 -- The tasks with these ids (in a tenant, if given).
 SELECT * FROM aq_tasks
 WHERE id = ANY(%(ids)s::uuid[]) AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
+
+-- name: replies
+-- The replies to any of these tasks (in_reply_to), oldest first.
+SELECT * FROM aq_tasks
+WHERE tenant = %(tenant)s AND in_reply_to = ANY(%(ids)s::uuid[])
+ORDER BY created_at, seq
 
 -- name: find_by_idempotency
 -- Tasks sharing a (tenant, idempotency key) with any of the keys given.

@@ -8,7 +8,7 @@
 INSERT INTO aq_tasks (id, tenant, source, source_id, title, task_type, payload, priority,
     state, max_retries, timeout_secs, assignee, depends_on, idempotency_key, callback_url,
     requested_by, run_after, eligible_at, created_at, updated_at, event_seq, last_hash, hold,
-    state_reason, kind, labels, traceparent)
+    state_reason, kind, labels, traceparent, in_reply_to)
 SELECT r.value ->> 'id', r.value ->> 'tenant', r.value ->> 'source', r.value ->> 'source_id',
     r.value ->> 'title', r.value ->> 'task_type', r.value ->> 'payload', r.value ->> 'priority',
     r.value ->> 'state', r.value ->> 'max_retries', r.value ->> 'timeout_secs',
@@ -17,7 +17,7 @@ SELECT r.value ->> 'id', r.value ->> 'tenant', r.value ->> 'source', r.value ->>
     r.value ->> 'eligible_at', r.value ->> 'created_at', r.value ->> 'created_at',
     r.value ->> 'event_seq', r.value ->> 'last_hash', r.value ->> 'hold',
     r.value ->> 'state_reason', coalesce(r.value ->> 'kind', 'task'),
-    coalesce(r.value ->> 'labels', '[]'), r.value ->> 'traceparent'
+    coalesce(r.value ->> 'labels', '[]'), r.value ->> 'traceparent', r.value ->> 'in_reply_to'
 FROM json_each(:rows) AS r
 WHERE true
 ORDER BY r.key
@@ -99,6 +99,12 @@ LIMIT :limit
 -- The tasks with these ids (in a tenant, if given).
 SELECT * FROM aq_tasks
 WHERE id IN (SELECT value FROM json_each(:ids)) AND (:tenant IS NULL OR tenant = :tenant)
+
+-- name: replies
+-- The replies to any of these tasks (in_reply_to), oldest first.
+SELECT * FROM aq_tasks
+WHERE tenant = :tenant AND in_reply_to IN (SELECT value FROM json_each(:ids))
+ORDER BY created_at, seq
 
 -- name: find_by_idempotency
 -- Tasks sharing a (tenant, idempotency key) with any of the keys given.
