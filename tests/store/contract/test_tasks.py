@@ -171,6 +171,36 @@ async def test_get_tasks_returns_those_that_exist_in_the_tenant(store: Store, rt
     assert (got.title, got.tenant, got.state, got.seq) == (a.title, "a", TaskState.PENDING, a.seq)
 
 
+async def test_replies_are_the_tasks_answering_the_ids_in_the_tenant_oldest_first(
+    store: Store, rt: Runtime, clock: ManualClock
+) -> None:
+    """replies (on the store and inside a transaction) finds the tasks whose in_reply_to is one
+    of the ids, in the tenant given, oldest first; in_reply_to is kept exactly."""
+    mail = {"task_type": "mail", "source": "mail", "assignee": "bob"}
+    first = await insert(rt, tenant="a", **mail)
+    other = await insert(rt, tenant="a", **mail)
+    clock.advance(1)
+    later = await insert(rt, tenant="a", in_reply_to=str(first.id), **mail)
+    clock.advance(-0.5)
+    earlier = await insert(rt, tenant="a", in_reply_to=str(first.id), **mail)
+    elsewhere = await insert(rt, tenant="b", in_reply_to=str(first.id), **mail)
+    to_other = await insert(rt, tenant="a", in_reply_to=str(other.id), **mail)
+
+    found = await store.replies("a", [first.id])
+    assert [t.id for t in found] == [earlier.id, later.id]
+    assert [t.in_reply_to for t in found] == [first.id, first.id]
+    assert [t.id for t in await store.replies("b", [first.id])] == [elsewhere.id]
+    assert {t.id for t in await store.replies("a", [first.id, other.id])} == {
+        earlier.id, later.id, to_other.id
+    }  # fmt: skip
+    assert await store.replies("a", [later.id]) == []
+    assert await store.replies("a", []) == []
+    async with store.transaction() as tx:
+        assert [t.id for t in await tx.replies("a", [first.id])] == [earlier.id, later.id]
+    [got] = await store.get_tasks([first.id])
+    assert got.in_reply_to is None
+
+
 async def test_list_tasks_filters_newest_first_with_limit_and_cursor(
     store: Store, rt: Runtime
 ) -> None:
