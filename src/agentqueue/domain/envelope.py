@@ -48,6 +48,7 @@ ENVELOPE_FIELDS = frozenset(
         "tool_calls",
         "tool_deadline_at",
         "traceparent",
+        "in_reply_to",
         "seq",
         "event_seq",
         "last_hash",
