@@ -237,16 +237,21 @@ async def _judged(
     otherwise (``on_timeout``), a completion it refuses (``on_complete``), made retryable
     failures with its reason. Judged inside ``tx``, which writes them."""
     pipelines = rt.pipelines
-    asked = [
-        o
-        for o in outcomes
-        if (o.kind is OutcomeKind.FAILED and o.timed_out) or o.kind is OutcomeKind.COMPLETED
-    ]
+
+    def asks(o: Outcome) -> bool:
+        if o.kind is OutcomeKind.FAILED:
+            return o.timed_out
+        # A completion the set-wise statement tried is of a kind that does not judge them.
+        return (
+            o.kind is OutcomeKind.COMPLETED
+            and o.task_id not in tried
+            and (o.claimed is None or pipelines.checks_completion(o.claimed.kind))
+        )
+
+    asked = [o for o in outcomes if asks(o)]
     if not asked:
         return {}
-    images = {
-        o.task_id: o.claimed for o in asked if o.claimed is not None and o.task_id not in tried
-    }
+    images = {o.task_id: o.claimed for o in asked if o.claimed is not None}
     missing = [o.task_id for o in asked if o.task_id not in images]
     if missing:
         images.update({t.id: t for t in await tx.lock(missing)})
