@@ -153,3 +153,23 @@ async def test_a_reply_line_becomes_one_reply_from_the_recipient(queue: AsyncQue
     with pytest.raises(InvalidInput) as no_replies:
         await threads.send_reply(rt, task, {})
     assert no_replies.value.fields == ["reply"]
+
+
+async def test_a_lapsed_lease_past_the_timeout_is_put_to_the_pipeline_too(
+    queue: AsyncQueue, clock: ManualClock
+) -> None:
+    # The worker died without reporting: the scheduler takes the leases back.
+    answered, silent = await mail(queue, timeout_secs=60), await mail(queue, to="dave")
+    await queue.admit()
+    assert len(await queue.claim(2, worker="w")) == 2
+    reply = await mail(queue, "bob", "alice", in_reply_to=str(answered.id))
+    clock.advance(3600)
+
+    taken = {t.id: t for t in await queue.reclaim_lapsed()}
+
+    assert taken[answered.id].state is S.COMPLETED
+    assert taken[answered.id].result == {"reply_id": str(reply.id)}
+    assert taken[silent.id].state is S.RETRYING
+    assert taken[silent.id].error == "attempt timed out after 300s"
+    last = (await queue.events(answered.id))[-1]
+    assert (last.action, last.actor) == ("complete", "scheduler") and "reply" in last.reason

@@ -645,13 +645,19 @@ def _fail(task: Task, request: Request) -> Transition | Refusal:
     )
 
 
+def attempt_timed_out(task: Task, now: datetime) -> bool:
+    """Whether the attempt of an executing ``task`` has run past its timeout at ``now`` (a
+    lapsed lease is then a timeout, not a lost worker)."""
+    deadline = (task.locked_at or now) + timedelta(seconds=task.timeout_secs)
+    return now >= deadline
+
+
 def _lease_expired(task: Task, request: Request) -> Transition | Refusal:
     if task.state is not TaskState.EXECUTING:
         return _not_from(task, request)
     if task.lease_expires_at is not None and task.lease_expires_at > request.now:
         return _refuse(task, request, RefusalKind.NOT_DUE, "the lease still holds")
-    deadline = (task.locked_at or request.now) + timedelta(seconds=task.timeout_secs)
-    timed_out = request.now >= deadline
+    timed_out = attempt_timed_out(task, request.now)
     if timed_out:
         error = f"attempt timed out after {task.timeout_secs}s"
     else:

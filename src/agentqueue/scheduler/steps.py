@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from uuid import UUID
 
 from ..domain.models import Task
-from ..domain.states import Action, Request, bulk_event
+from ..domain.states import Action, Request, attempt_timed_out, bulk_event
 from ..service.audit import anchor as anchor_audit
-from ..service.records import ADMITTER, decide_and_apply, retry_due
+from ..service.records import ADMITTER, decide_and_apply
 from ..service.runtime import Runtime
 from ..service.schedules import fire_due_schedules
 from ..service.tools import time_out_tool_calls
@@ -26,8 +26,44 @@ ACTOR = ADMITTER
 
 
 async def reclaim_lapsed(rt: Runtime, limit: int = 500) -> list[Task]:
-    """Take back executing tasks whose lease ran out: retrying with backoff, or dead_letter."""
-    return await retry_due(rt, Action.LEASE_EXPIRED, lambda tx, now: tx.lock_lapsed(limit, now))
+    """Take back executing tasks whose lease ran out: retrying with backoff, or dead_letter.
+
+    One whose attempt ran past its timeout (its worker never reported) is put to its pipeline's
+    ``on_timeout`` first, in the same transaction, as a timeout the worker reports is: a mail
+    whose reply was sent is completed, not run again."""
+    now = rt.clock.now()
+    policy = rt.settings.retry.policy()
+    async with rt.store.transaction() as tx:
+        due = await tx.lock_lapsed(limit, now)
+        verdicts = {
+            task.id: await rt.pipelines.on_timeout(task, tx)
+            for task in due
+            if attempt_timed_out(task, now)
+        }
+
+        def request(task: Task) -> Request:
+            verdict = verdicts.get(task.id)
+            if verdict is not None and verdict.completes:
+                return Request(
+                    Action.COMPLETE,
+                    now,
+                    actor=ACTOR,
+                    reason=verdict.reason,
+                    lock_token=task.lock_token,
+                    result=verdict.result,
+                )
+            error = verdict.refused if verdict is not None else None
+            return Request(
+                Action.LEASE_EXPIRED,
+                now,
+                actor=ACTOR,
+                error=error,
+                backoff=policy,
+                spread=rt.spread(),
+            )
+
+        written, _ = await decide_and_apply(tx, due, request)
+    return written
 
 
 async def promote_due_retries(rt: Runtime, limit: int = 500) -> list[Task]:
