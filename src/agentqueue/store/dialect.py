@@ -42,6 +42,9 @@ class Dialect(Protocol):
     codec: Codec
     orders_in_sql: bool
     """True when ``claim`` and ``admit`` return their rows in claim order already."""
+    numbers_events: bool
+    """True when each event takes its global number (``gseq``) as it is written; else the
+    anchoring step numbers the events waiting."""
 
     @property
     def commits(self) -> int:
@@ -69,6 +72,12 @@ class Dialect(Protocol):
 
     def transaction(self) -> AbstractAsyncContextManager[Session]:
         """A write transaction: commits on success, rolls back on error."""
+        ...
+
+    async def settled_number(self) -> int:
+        """Where events are numbered as written: the highest number drawn so far, once every
+        transaction that could still hold a number up to it has ended (each number up to it
+        is then a committed event or none)."""
         ...
 
     def listen(self, channels: Sequence[str]) -> AbstractAsyncContextManager[AsyncIterator[Notice]]:

@@ -202,6 +202,7 @@ class SQLiteDialect:
     push_notifications = False
     codec = CODEC
     orders_in_sql = False  # the claim and admit UPDATEs return rows unordered
+    numbers_events = False  # one writer at a time: the anchoring step numbers the events
     listen_interval_secs = 0.02
     """How often listeners look for commits while the file is busy..."""
     listen_idle_interval_secs = 0.1
@@ -231,6 +232,10 @@ class SQLiteDialect:
         servers: a file is there or not)."""
         if self.path.parent and not self.path.parent.exists():
             raise StoreError(f"the folder for the SQLite database does not exist: {self.path}")
+
+    async def settled_number(self) -> int:
+        """Not used: SQLite numbers events in the anchoring step (``numbers_events``)."""
+        raise NotImplementedError("SQLite numbers events in the anchoring step")
 
     async def close(self) -> None:
         """Close both connections."""
