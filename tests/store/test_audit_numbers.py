@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from agentqueue.domain.audit import (
     GENESIS,
     Keyring,
     canonical_json,
+    canonical_time,
     chained_event,
     install_keys,
     make_anchor,
@@ -28,8 +30,8 @@ from agentqueue.domain.audit import (
 )
 from agentqueue.domain.models import Task
 from agentqueue.service.audit import VerifyReport
+from agentqueue.store import make_store
 from agentqueue.store.migrate import available
-from agentqueue.store.postgres.dialect import postgres_store
 
 Raw = Any
 KEY_ENV = "AQ_TEST_AUDIT_KEY"
@@ -265,52 +267,64 @@ async def test_an_event_added_at_a_signed_gap_is_reported(
     assert problems_about(report, f"event #13 is numbered where anchor {anchor.id} signed a gap")
 
 
-@pytest.mark.postgres
 async def test_migrating_numbers_waiting_events_in_the_order_anchoring_did(
-    pg_url: str, clock: ManualClock, settings: Settings, tmp_path: Path
+    db_url: str, raw: Raw, clock: ManualClock, settings: Settings, tmp_path: Path
 ) -> None:
     """A database of before events were numbered as written (version 16): four events
     numbered and anchored the old way, the rest waiting. The migration numbers the waiting
     ones after them, by (at, task_id, seq); later events follow; every anchor, old and new,
     verifies, the anchor file's old line (without a gap count) included."""
-    with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute("DROP SCHEMA public CASCADE")
-        conn.execute("CREATE SCHEMA public")
+    if not is_sqlite(db_url):
+        with psycopg.connect(db_url, autocommit=True) as conn:
+            conn.execute("DROP SCHEMA public CASCADE")
+            conn.execute("CREATE SCHEMA public")
     install_keys(settings.audit.keyring())  # before the store: its connections carry the key
-    store = postgres_store(pg_url)
+    store = make_store(db_url)
     await store.open(migrate=False)
-    for migration in available("postgres")[:16]:
-        await store._d.apply_migration(migration)
-    queue = AsyncQueue(pg_url, clock=clock, settings=settings, store=store)
+    for migration in available(store.dialect)[:16]:
+        await store._d.apply_migration(migration)  # type: ignore[attr-defined]
+    queue = AsyncQueue(db_url, clock=clock, settings=settings, store=store)
     queue._opened = True  # opened above, without migrating past 16
     try:
         await activity(queue, clock)
-        with psycopg.connect(pg_url, autocommit=True) as conn:
-            waiting = conn.execute(
-                "SELECT task_id, seq, hash FROM aq_events ORDER BY at, task_id, seq"
-            ).fetchall()
-            assert len(waiting) == 12
-            digest = GENESIS
-            for number, (task_id, seq, event_hash) in enumerate(waiting[:4], 1):
-                conn.execute(
-                    "UPDATE aq_events SET gseq = %s WHERE task_id = %s AND seq = %s",
-                    (number, task_id, seq),
-                )
-                digest = roll(digest, event_hash)
-            old = make_anchor(ANCHOR_KIND, clock.now(), 4, digest, '{"plain_upto":4}')
-            [(anchor_id,)] = conn.execute(
-                "INSERT INTO aq_audit_anchors (kind, at, count, digest, data, mac)"
-                " VALUES (%s, %s, %s, %s, %s, %s) RETURNING id",
-                (old.kind, old.at, old.count, old.digest, old.data, old.mac),
-            ).fetchall()
+        if is_sqlite(db_url):
+            # This release's SQLite inserts number their events even on the old schema: take
+            # the numbers back off, under version 15's guard as it was.
+            guard = available("sqlite")[14].sql
+            start = guard.index("CREATE TRIGGER aq_events_no_update")
+            guard = guard[start : guard.index("END;", start) + 4]
+            with sqlite3.connect(db_url.removeprefix("sqlite:///")) as conn:
+                conn.execute("DROP TRIGGER aq_events_no_update")
+                conn.execute("UPDATE aq_events SET gseq = NULL")
+                conn.execute(guard)
+        async with queue.store.audit_snapshot() as snap:
+            events = [e async for e in snap.events]
+        assert [e.gseq for e in events] == [None] * 12
+        waiting = sorted(events, key=lambda e: (e.at, e.task_id, e.seq))
+        digest = GENESIS
+        for number, event in enumerate(waiting[:4], 1):
+            raw.execute(
+                "UPDATE aq_events SET gseq = ? WHERE task_id = ? AND seq = ?",
+                (number, event.task_id, event.seq),
+            )
+            digest = roll(digest, event.hash)
+        old = make_anchor(ANCHOR_KIND, clock.now(), 4, digest, '{"plain_upto":4}')
+        at: Any = canonical_time(old.at) if is_sqlite(db_url) else old.at
+        raw.execute(
+            "INSERT INTO aq_audit_anchors (kind, at, count, digest, data, mac)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            (old.kind, at, old.count, old.digest, old.data, old.mac),
+        )
+        anchor_id = raw.scalar("SELECT max(id) FROM aq_audit_anchors")
         line = json.loads(old.line())
         del line["gaps"]
         line["id"] = anchor_id
         (tmp_path / "anchors.jsonl").write_text(canonical_json(line) + "\n")
         assert 17 in await queue.migrate()
-        with psycopg.connect(pg_url, autocommit=True) as conn:
-            numbered = conn.execute("SELECT task_id, seq FROM aq_events ORDER BY gseq").fetchall()
-        assert numbered == [(t, s) for t, s, _ in waiting]
+        async with queue.store.audit_snapshot() as snap:
+            numbered = sorted([(e.gseq or 0, e.task_id, e.seq) async for e in snap.events])
+        assert [(t, s) for _, t, s in numbered] == [(e.task_id, e.seq) for e in waiting]
+        assert [n for n, _, _ in numbered] == list(range(1, 13))
         assert (await queue.verify()).ok
         later = (await queue.submit(title="later", task_type="bugfix")).task
         async with queue.store.audit_snapshot() as snap:

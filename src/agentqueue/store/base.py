@@ -824,9 +824,8 @@ class AuditReader(Protocol):
 
     async def anchor_audit(self, at: datetime, limit: int) -> Anchor | None:
         """Record the anchor after the last one (domain.audit.extend_anchor), covering at most
-        ``limit`` numbers of the global sequence: up to the highest number no open transaction
-        can still hold where events are numbered as written, else the events waiting, numbered
-        here (oldest first); one process at a time. None when there was nothing to cover."""
+        ``limit`` numbers of the global sequence, up to the highest number no open transaction
+        can still hold; one process at a time. None when there was nothing to cover."""
         ...
 
 

@@ -42,9 +42,6 @@ class Dialect(Protocol):
     codec: Codec
     orders_in_sql: bool
     """True when ``claim`` and ``admit`` return their rows in claim order already."""
-    numbers_events: bool
-    """True when each event takes its global number (``gseq``) as it is written; else the
-    anchoring step numbers the events waiting."""
 
     @property
     def commits(self) -> int:
@@ -75,9 +72,9 @@ class Dialect(Protocol):
         ...
 
     async def settled_number(self) -> int:
-        """Where events are numbered as written: the highest number drawn so far, once every
-        transaction that could still hold a number up to it has ended (each number up to it
-        is then a committed event or none)."""
+        """The highest global number (events take theirs as they are written) such that every
+        transaction that could still hold a number up to it has ended: each number up to it
+        is a committed event or none, for good."""
         ...
 
     def listen(self, channels: Sequence[str]) -> AbstractAsyncContextManager[AsyncIterator[Notice]]:

@@ -95,7 +95,6 @@ class PostgresDialect:
     push_notifications = True
     codec = CODEC
     orders_in_sql = True
-    numbers_events = True  # gseq defaults to the next value of aq_event_gseq
 
     def __init__(
         self, url: str, *, min_size: int = 1, max_size: int = 10, wait_secs: float = 15.0

@@ -202,7 +202,6 @@ class SQLiteDialect:
     push_notifications = False
     codec = CODEC
     orders_in_sql = False  # the claim and admit UPDATEs return rows unordered
-    numbers_events = False  # one writer at a time: the anchoring step numbers the events
     listen_interval_secs = 0.02
     """How often listeners look for commits while the file is busy..."""
     listen_idle_interval_secs = 0.1
@@ -234,8 +233,10 @@ class SQLiteDialect:
             raise StoreError(f"the folder for the SQLite database does not exist: {self.path}")
 
     async def settled_number(self) -> int:
-        """Not used: SQLite numbers events in the anchoring step (``numbers_events``)."""
-        raise NotImplementedError("SQLite numbers events in the anchoring step")
+        """The highest number of a committed event: with one writer at a time, a write under
+        way can only take higher ones, and none lower is taken again."""
+        async with self.read() as s:
+            return int((await s.fetch("numbers_drawn"))[0]["drawn"])
 
     async def close(self) -> None:
         """Close both connections."""
