@@ -2,8 +2,9 @@
 takes ``max(gseq) + 1, + 2, ...``, as the event inserts of ``store/sqlite/queries`` do) against
 numbered by the anchoring step, as before schema version 17 (the events written without a
 number, then the anchoring step reads those waiting and numbers them in one UPDATE). N events
-written in transactions of B rows each, then anchored, each way on a fresh file (version 16 for
-the old way), alternating; prints each way's time and the ratio::
+written in transactions of B rows each, then numbered (the old way) or anchored (the new way),
+each way on a fresh file (version 16 for the old way), alternating; prints each way's time and
+the ratio::
 
     .venv/bin/python benchmarks/audit_numbering.py [--n 60000] [--batch 100] [--rounds 3]
 """
@@ -121,17 +122,16 @@ async def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.rounds):
             old, numbering, new, anchoring = await one_round(Path(tmp), args.n, args.batch)
-            ratios.append(new / (old + numbering))
+            # The new way's anchoring (read, hash, sign) counted in full, the old way's only
+            # its numbering (read and UPDATE): the comparison does not favour the new way.
+            ratios.append((new + anchoring) / (old + numbering))
             print(
                 f"round {i + 1}: numbered by the anchoring step: writes {old:.2f} s + "
-                f"numbering {numbering:.2f} s; numbered as written: writes {new:.2f} s "
-                f"(anchoring after, reads and signs only: {anchoring:.2f} s); "
-                f"ratio {ratios[-1]:.2f}"
+                f"numbering {numbering:.2f} s; numbered as written: writes {new:.2f} s + "
+                f"anchoring {anchoring:.2f} s; ratio {ratios[-1]:.2f}"
             )
-    print(
-        "median ratio (writes numbered as written / writes and numbering by the anchoring "
-        f"step): {statistics.median(ratios):.2f}"
-    )
+    median = statistics.median(ratios)
+    print(f"median ratio (numbered as written / by the anchoring step): {median:.2f}")
 
 
 if __name__ == "__main__":

@@ -28,10 +28,12 @@ from agentqueue.domain.audit import (
     make_anchor,
     roll,
 )
+from agentqueue.domain.errors import StoreUnavailable
 from agentqueue.domain.models import Task
 from agentqueue.service.audit import VerifyReport
 from agentqueue.store import make_store
 from agentqueue.store.migrate import available
+from agentqueue.store.postgres import dialect as postgres_dialect
 
 Raw = Any
 KEY_ENV = "AQ_TEST_AUDIT_KEY"
@@ -181,6 +183,8 @@ async def test_anchoring_waits_for_a_transaction_that_drew_a_number(
                 await asyncio.sleep(0.05)
             else:
                 pytest.fail("the anchoring step never waited for the open transaction")
+        # Writers do not wait for it: it holds no lock they would queue behind.
+        await asyncio.wait_for(queue.submit(title="meanwhile", task_type="bugfix"), WAIT_SECS)
         assert not job.done()
     finally:
         writer.end(commit)
@@ -189,7 +193,25 @@ async def test_anchoring_waits_for_a_transaction_that_drew_a_number(
     assert anchor.gaps == (() if commit else ((13, 13),))
     report = await queue.verify()
     assert report.ok, report
-    assert report.events == (14 if commit else 13)
+    assert report.events == (15 if commit else 14)
+
+
+@pytest.mark.postgres
+async def test_anchoring_gives_up_on_a_transaction_left_open_and_anchors_once_it_ends(
+    plain_pg_queue: AsyncQueue, pg_url: str, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(postgres_dialect, "SETTLE_WAIT_SECS", 0.2)
+    queue = plain_pg_queue
+    tasks = await activity(queue, clock)
+    writer = OpenWriter(pg_url, await queue.get(tasks[0].id), clock.now())
+    try:
+        with pytest.raises(StoreUnavailable, match="transaction\\(s\\) that write events"):
+            await queue.anchor_audit()
+    finally:
+        writer.end(commit=False)
+    [anchor] = await queue.anchor_audit()
+    assert (anchor.count, anchor.gaps) == (13, ((13, 13),))
+    assert (await queue.verify()).ok
 
 
 async def test_an_anchored_event_deleted_is_reported_at_its_number(

@@ -84,7 +84,7 @@ RECONNECT_SERIES_SECS = 2.0
 a new one."""
 CONNECTION_WAIT_SECS = 3.0
 """How long an operation waits for a pooled connection before StoreUnavailable."""
-SETTLE_WAIT_SECS = 30.0
+SETTLE_WAIT_SECS = 10.0
 """How long the anchoring step waits for open transactions that write events to end."""
 
 
