@@ -734,8 +734,8 @@ class AsyncQueue:
         return await audit.verify(await self._ready(), progress=progress)
 
     async def anchor_audit(self) -> list[Anchor]:
-        """Number the events not yet in the global sequence and sign an anchor after them,
-        in the database, the ``[audit] anchor_file`` and the log (R24); the anchors made."""
+        """Sign an anchor over the events of the global sequence not yet anchored, in the
+        database, the ``[audit] anchor_file`` and the log (R24); the anchors made."""
         return await audit.anchor(await self._ready())
 
     # --- API tokens (R20) -------------------------------------------------------------------

@@ -12,6 +12,10 @@ POSTGRES_ONLY = {
     "migration_lock",  # likewise, for migrations
     "notify",  # push notifications; SQLite listeners watch PRAGMA data_version
     "listen",
+    # The open transactions that write events, which the anchoring step waits for; SQLite has
+    # one writer at a time, never open while another reads
+    "event_writers",
+    "event_writers_left",
 }
 SQLITE_ONLY = {
     # Events (and a purged task's output) written in a statement of their own after the write

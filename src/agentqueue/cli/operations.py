@@ -264,13 +264,18 @@ def audit() -> None:
 @audit.command("anchor")
 @click.pass_context
 def audit_anchor(ctx: click.Context) -> None:
-    """Number the events not yet in the global sequence and sign an anchor after them (also
-    appended to [audit] anchor_file); the scheduler leader does this once a minute."""
+    """Sign an anchor over the events not yet anchored: the global numbers it covers, the
+    numbers among them that are no event (gaps), a running hash (also appended to [audit]
+    anchor_file); the scheduler leader does this once a minute."""
     made = run_db(ctx, lambda q: q.anchor_audit())
     if not made:
         click.echo("nothing new to anchor")
     for anchor in made:
-        click.echo(f"anchor {anchor.id}: {anchor.count} events, {anchor.digest[:16]}...")
+        events = anchor.count - (anchor.after or 0) - anchor.gap_count
+        click.echo(
+            f"anchor {anchor.id}: {events} events, {anchor.gap_count} gaps, "
+            f"up to #{anchor.count}, {anchor.digest[:16]}..."
+        )
 
 
 COMMANDS = (

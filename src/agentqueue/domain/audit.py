@@ -11,7 +11,7 @@ import hashlib
 import hmac
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -404,7 +404,8 @@ def data_text(data: Mapping[str, Any]) -> str:
 
 
 ANCHOR_KIND = "anchor"
-"""A record of the global sequence: how many events it numbers and a running hash over them."""
+"""A record of the global sequence: the numbers it covers (1..``count``), those of them that
+are no event (its gaps), and a running hash over the events among them."""
 PURGE_RECORD_KIND = "purge"
 """A record of a purge: the tasks whose rows retention removed (``data``: their ids)."""
 
@@ -415,11 +416,17 @@ def roll(digest: str, event_hash: str) -> str:
     return hashlib.sha256((_field(digest) + _field(event_hash)).encode()).hexdigest()
 
 
+Gaps = tuple[tuple[int, int], ...]
+"""Numbers of the global sequence that are no event, as ranges ``(first, last)``, in order."""
+
+
 @dataclass(frozen=True)
 class Anchor:
-    """A signed record of the audit trail (R24): ``count`` events numbered so far, ``digest``
-    the running hash (:func:`roll`) over them; for a purge record, ``data`` the purged task
-    ids. ``mac`` signs all of it with the key (plain SHA-256 without one)."""
+    """A signed record of the audit trail (R24). For an anchor: ``count`` the highest number of
+    the global sequence it covers (every number up to it is an event or one of the gaps its
+    ``data`` lists), ``digest`` the running hash (:func:`roll`) over the events up to it; for a
+    purge record, ``count`` how many tasks and ``data`` their ids. ``mac`` signs all of it with
+    the key (plain SHA-256 without one)."""
 
     kind: str
     at: datetime
@@ -442,6 +449,7 @@ class Anchor:
                 "kind": self.kind,
                 "at": canonical_time(self.at),
                 "count": self.count,
+                "gaps": self.gap_count,
                 "digest": self.digest,
                 "mac": self.mac,
             }
@@ -452,6 +460,39 @@ class Anchor:
         """Signed with a key (not a plain hash)."""
         return ":" in self.mac
 
+    @property
+    def after(self) -> int | None:
+        """The number the anchor before this one ended at (None for an anchor made before
+        anchors recorded it)."""
+        value = self.recorded.get("after")
+        return value if isinstance(value, int) else None
+
+    @property
+    def gaps(self) -> Gaps:
+        """The numbers this anchor covers that are no event (a transaction that drew them
+        rolled back), as ranges."""
+        found = self.recorded.get("gaps") or []
+        try:
+            return tuple((int(first), int(last)) for first, last in found)
+        except (TypeError, ValueError):
+            return ()
+
+    @property
+    def gap_count(self) -> int:
+        """How many numbers this anchor covers that are no event."""
+        return sum(last - first + 1 for first, last in self.gaps)
+
+    @property
+    def recorded(self) -> dict[str, Any]:
+        """An anchor's ``data`` as read (empty for a purge record or data that is no object)."""
+        if self.kind != ANCHOR_KIND:
+            return {}
+        try:
+            value = json.loads(self.data)
+        except ValueError:
+            return {}
+        return value if isinstance(value, dict) else {}
+
 
 def make_anchor(kind: str, at: datetime, count: int, digest: str, data: str) -> Anchor:
     """An anchor signed with the installed key."""
@@ -459,30 +500,51 @@ def make_anchor(kind: str, at: datetime, count: int, digest: str, data: str) -> 
     return Anchor(kind, at, count, digest, data, _keys.seal(unsigned.material()))
 
 
-def extend_anchor(last: Anchor | None, hashes: Iterable[str], at: datetime) -> Anchor:
-    """The anchor after ``last`` that numbers ``hashes`` next. Its ``data`` says up to which
-    number plain (unkeyed) hashes were there before a key was used: carried over from anchor
-    to anchor, set by the first keyed one."""
-    count = 0 if last is None else last.count
+def gaps_between(after: int, upto: int, numbers: Iterable[int]) -> Gaps:
+    """The numbers in ``after+1 .. upto`` not among ``numbers`` (ascending), as ranges."""
+    gaps: list[tuple[int, int]] = []
+    expected = after + 1
+    for number in numbers:
+        if number > expected:
+            gaps.append((expected, number - 1))
+        expected = number + 1
+    if expected <= upto:
+        gaps.append((expected, upto))
+    return tuple(gaps)
+
+
+def extend_anchor(
+    last: Anchor | None,
+    events: Sequence[tuple[int, str]],
+    at: datetime,
+    upto: int | None = None,
+) -> Anchor:
+    """The anchor after ``last`` that covers the numbers up to ``upto`` (default: as many as
+    ``events``), ``events`` being the (number, hash) of every event among them, in order: the
+    numbers between that are no event are its gaps. Its ``data`` also says where the anchor
+    before ended, and up to which number plain (unkeyed) hashes were there before a key was
+    used: carried over from anchor to anchor, set by the first keyed one."""
+    after = 0 if last is None else last.count
+    count = after + len(events) if upto is None else upto
     digest = GENESIS if last is None else last.digest
-    for h in hashes:
+    for number, h in events:
+        if not after < number <= count:
+            raise ValueError(f"event #{number} is outside the anchor's #{after + 1}..#{count}")
         digest = roll(digest, h)
-        count += 1
+    gaps = gaps_between(after, count, (number for number, _ in events))
     plain_upto = plain_numbered(last)
     if (last is None or not last.keyed) and _keys.current is not None:
         # The first keyed anchor: what it numbers was written before the key (or with it).
         plain_upto = count
-    return make_anchor(ANCHOR_KIND, at, count, digest, canonical_json({"plain_upto": plain_upto}))
+    data = {"after": after, "gaps": [list(g) for g in gaps], "plain_upto": plain_upto}
+    return make_anchor(ANCHOR_KIND, at, count, digest, canonical_json(data))
 
 
 def plain_numbered(anchor: Anchor | None) -> int:
     """Up to which number events may carry plain hashes, as ``anchor`` records it."""
     if anchor is None or anchor.kind != ANCHOR_KIND:
         return 0
-    try:
-        value = json.loads(anchor.data).get("plain_upto", 0)
-    except (ValueError, AttributeError):
-        return 0
+    value = anchor.recorded.get("plain_upto", 0)
     return value if isinstance(value, int) else 0
 
 

@@ -833,9 +833,9 @@ class AuditReader(Protocol):
         ...
 
     async def anchor_audit(self, at: datetime, limit: int) -> Anchor | None:
-        """Number up to ``limit`` events not yet in the global sequence (oldest first) and
-        record the anchor after them (domain.audit.extend_anchor), one process at a time;
-        None when no event was waiting."""
+        """Record the anchor after the last one (domain.audit.extend_anchor), covering at most
+        ``limit`` numbers of the global sequence, up to the highest number no open transaction
+        can still hold; one process at a time. None when there was nothing to cover."""
         ...
 
 

@@ -71,6 +71,12 @@ class Dialect(Protocol):
         """A write transaction: commits on success, rolls back on error."""
         ...
 
+    async def settled_number(self) -> int:
+        """The highest global number (events take theirs as they are written) such that every
+        transaction that could still hold a number up to it has ended: each number up to it
+        is a committed event or none, for good."""
+        ...
+
     def listen(self, channels: Sequence[str]) -> AbstractAsyncContextManager[AsyncIterator[Notice]]:
         """Notices while the context is open (see Store.listen)."""
         ...

@@ -433,25 +433,22 @@ class SQLStore(QueryOps):
             yield AuditSnapshot(heads(), events(), numbered(), anchors(), guards())
 
     async def anchor_audit(self, at: datetime, limit: int) -> Anchor | None:
-        """Under the anchoring lock: read the last anchor and the events waiting, number them
-        in one statement and record the anchor after them."""
-        codec = self.codec
+        """Under the anchoring lock: read the last anchor and the events after it, up to the
+        highest number no open transaction can still hold (at most ``limit`` numbers), and
+        record the anchor after them."""
+        settled = await self._d.settled_number()
         async with self._d.transaction() as s:
             await s.fetch("lock_anchoring", {})
             last_rows = await s.fetch("last_anchor", {})
-            last = anchor_from_row(last_rows[0], codec) if last_rows else None
-            waiting = await s.fetch("unnumbered_events", {"limit": limit})
-            if not waiting:
+            last = anchor_from_row(last_rows[0], self.codec) if last_rows else None
+            after = 0 if last is None else last.count
+            upto = min(settled, after + limit)
+            if upto <= after:
                 return None
-            base = 0 if last is None else last.count
-            numbers = [
-                {"task_id": str(codec.uuid(r["task_id"])), "seq": r["seq"], "gseq": base + i}
-                for i, r in enumerate(waiting, 1)
-            ]
-            await s.execute("number_events", {"rows": dump(numbers)})
-            anchor = extend_anchor(last, [r["hash"] for r in waiting], at)
-            found = await s.fetch("add_anchor", self._p(**anchor_params(anchor)))
-            return replace(anchor, id=int(found[0]["id"]))
+            found = await s.fetch("events_numbered", {"after": after, "upto": upto})
+            anchor = extend_anchor(last, [(r["gseq"], r["hash"]) for r in found], at, upto)
+            added = await s.fetch("add_anchor", self._p(**anchor_params(anchor)))
+            return replace(anchor, id=int(added[0]["id"]))
 
     # --- leadership and pausing ---------------------------------------------------------------
 

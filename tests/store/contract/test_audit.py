@@ -61,18 +61,21 @@ async def test_audit_snapshot_of_an_empty_store_is_empty(store: Store) -> None:
         assert [e async for e in snap.events] == []
 
 
-async def test_anchor_audit_numbers_waiting_events_in_order_and_signs_after_them(
+async def test_anchor_audit_covers_the_events_after_the_last_anchor_and_signs_after_them(
     store: Store, rt: Runtime
 ) -> None:
-    """anchor_audit gives the events not yet numbered the next global numbers (1, 2, ...
-    without a gap, oldest first, at most ``limit`` a step), records an anchor whose count and
-    running hash cover them, and returns None when nothing waits."""
+    """anchor_audit covers the global numbers after the last anchor (1, 2, ... in the order
+    the events were written, at most ``limit`` a step; with no transaction rolled back, no
+    gap), records an anchor whose count, start and running hash cover them, and returns None
+    when nothing waits."""
     first = await claimed(rt)
     now = rt.clock.now()
     one = await store.anchor_audit(now, 2)
     assert one is not None and one.count == 2 and one.kind == ANCHOR_KIND and one.id is not None
+    assert (one.after, one.gaps) == (0, ())
     two = await store.anchor_audit(now, 100)
     assert two is not None and two.count == first.event_seq and two.id > one.id
+    assert (two.after, two.gaps) == (2, ())
     assert await store.anchor_audit(now, 100) is None
     await insert(rt)
     three = await store.anchor_audit(now, 100)

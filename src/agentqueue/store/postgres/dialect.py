@@ -3,6 +3,8 @@ cursors. Only what differs from SQLite is here; the operations are in ``store/sq
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
@@ -82,6 +84,8 @@ RECONNECT_SERIES_SECS = 2.0
 a new one."""
 CONNECTION_WAIT_SECS = 3.0
 """How long an operation waits for a pooled connection before StoreUnavailable."""
+SETTLE_WAIT_SECS = 10.0
+"""How long the anchoring step waits for open transactions that write events to end."""
 
 
 class PostgresDialect:
@@ -182,6 +186,31 @@ class PostgresDialect:
         async with self._connection() as conn, conn.transaction():
             yield PostgresSession(conn)
         self.commits += 1
+
+    async def settled_number(self) -> int:
+        """The highest number of ``aq_event_gseq`` drawn, once every transaction that could
+        hold a number up to it has ended.
+
+        A transaction draws numbers only by inserting events, and an insert holds ROW EXCLUSIVE
+        on ``aq_events`` from before its first number until its transaction ends. So: read the
+        sequence, then the transactions holding that lock, and wait for those to end. One that
+        took the lock later can only draw higher numbers. Nothing is locked here: writers never
+        queue behind the anchoring step, however long one of them stays open."""
+        async with self._autocommit() as s:
+            drawn = int((await s.fetch("numbers_drawn"))[0]["drawn"])
+            writers = [r["vxid"] for r in await s.fetch("event_writers")]
+            pause, started = 0.002, time.monotonic()
+            while writers:
+                if time.monotonic() - started > SETTLE_WAIT_SECS:
+                    raise StoreUnavailable(
+                        f"anchoring waited {SETTLE_WAIT_SECS:g} s for {len(writers)} "
+                        "transaction(s) that write events to end; tried again later"
+                    )
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 0.1)
+                rows = await s.fetch("event_writers_left", {"vxids": writers})
+                writers = [r["vxid"] for r in rows]
+        return drawn
 
     @asynccontextmanager
     async def listen(self, channels: Sequence[str]) -> AsyncIterator[AsyncIterator[Notice]]:

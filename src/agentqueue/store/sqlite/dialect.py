@@ -232,6 +232,12 @@ class SQLiteDialect:
         if self.path.parent and not self.path.parent.exists():
             raise StoreError(f"the folder for the SQLite database does not exist: {self.path}")
 
+    async def settled_number(self) -> int:
+        """The highest number of a committed event: with one writer at a time, a write under
+        way can only take higher ones, and none lower is taken again."""
+        async with self.read() as s:
+            return int((await s.fetch("numbers_drawn"))[0]["drawn"])
+
     async def close(self) -> None:
         """Close both connections."""
         await self._writer.close()
@@ -343,8 +349,9 @@ class SQLiteDialect:
     async def snapshot(self, *queries: str) -> AsyncIterator[tuple[AsyncIterator[Row], ...]]:
         """The queries' rows from one read transaction on the reader connection."""
         await self._reader.run(lambda c: c.execute("BEGIN"))
+        cursors: list[sqlite3.Cursor] = []
         try:
-            cursors = [await self._reader.run(_cursor(Q[query])) for query in queries]
+            cursors += [await self._reader.run(_cursor(Q[query])) for query in queries]
 
             async def rows(cursor: sqlite3.Cursor) -> AsyncIterator[Row]:
                 while True:
@@ -356,7 +363,14 @@ class SQLiteDialect:
 
             yield tuple(rows(cursor) for cursor in cursors)
         finally:
-            await self._reader.run(lambda c: c.execute("COMMIT"))
+            # A cursor left unread would keep the read transaction (and its old snapshot) open
+            # past the COMMIT: close each first (verify may stop early, at max_breaks).
+            def end(c: sqlite3.Connection) -> None:
+                for cursor in cursors:
+                    cursor.close()
+                c.execute("COMMIT")
+
+            await self._reader.run(end)
 
     # --- migrations -------------------------------------------------------------------------
 

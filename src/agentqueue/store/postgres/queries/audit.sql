@@ -35,21 +35,33 @@ ORDER BY x.name
 -- One anchoring step at a time (a transaction-scoped advisory lock).
 SELECT pg_advisory_xact_lock(2024112401)
 
--- name: unnumbered_events
--- The events not yet in the global sequence, in the order they are numbered.
-SELECT task_id, seq, hash FROM aq_events WHERE gseq IS NULL ORDER BY at, task_id, seq
-LIMIT %(limit)s
-
 -- name: last_anchor
 -- The newest anchor (kind 'anchor').
 SELECT id, kind, at, count, digest, data, mac FROM aq_audit_anchors WHERE kind = 'anchor'
 ORDER BY id DESC LIMIT 1
 
--- name: number_events
--- Give events their global numbers.
-UPDATE aq_events e SET gseq = v.gseq
-FROM json_to_recordset(%(rows)s::json) AS v(task_id uuid, seq integer, gseq bigint)
-WHERE e.task_id = v.task_id AND e.seq = v.seq AND e.gseq IS NULL
+-- name: numbers_drawn
+-- The highest global number handed out so far (events take theirs as they are written).
+SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END AS drawn FROM aq_event_gseq
+
+-- name: event_writers
+-- The open transactions that have written (or are writing) events: each holds ROW EXCLUSIVE
+-- on aq_events until it ends (prepared transactions too: no pid).
+SELECT virtualtransaction AS vxid FROM pg_locks
+WHERE locktype = 'relation' AND relation = 'aq_events'::regclass
+  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+  AND mode = 'RowExclusiveLock' AND granted AND pid IS DISTINCT FROM pg_backend_pid()
+
+-- name: event_writers_left
+-- Which of the given transactions that write events are still open.
+SELECT virtualtransaction AS vxid FROM pg_locks
+WHERE locktype = 'relation' AND relation = 'aq_events'::regclass
+  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+  AND mode = 'RowExclusiveLock' AND granted AND virtualtransaction = ANY(%(vxids)s)
+
+-- name: events_numbered
+-- The events with global numbers in after+1 .. upto, in order.
+SELECT gseq, hash FROM aq_events WHERE gseq > %(after)s AND gseq <= %(upto)s ORDER BY gseq
 
 -- name: add_anchor
 -- Record an anchor or a purge record.

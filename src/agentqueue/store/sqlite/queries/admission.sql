@@ -31,8 +31,10 @@ RETURNING id, priority, eligible_at, seq
 -- name: admit_events
 -- The admit events of the tasks just admitted (:written).
 INSERT INTO aq_events (task_id, seq, tenant, at, from_state, to_state, action, actor, reason,
-    data, hash, row_mac)
+    data, hash, gseq, row_mac)
 SELECT id, event_seq, tenant, :now, 'pending', 'queued', 'admit', :actor, '', :data, last_hash,
+    -- The next global numbers (R24): one writer at a time, so none is taken twice.
+    (SELECT coalesce(max(gseq), 0) FROM aq_events WHERE gseq IS NOT NULL) + row_number() OVER (),
     -- The row as updated, signed with its head event (R24).
     aq_row_mac(last_hash, state, priority, payload, result, assigned_to, approved_by,
         retry_count)

@@ -32,22 +32,19 @@ ORDER BY x.name
 -- One writer at a time already (the write transaction): nothing more to take.
 SELECT 1
 
--- name: unnumbered_events
--- The events not yet in the global sequence, in the order they are numbered.
-SELECT task_id, seq, hash FROM aq_events WHERE gseq IS NULL ORDER BY at, task_id, seq
-LIMIT :limit
-
 -- name: last_anchor
 -- The newest anchor (kind 'anchor').
 SELECT id, kind, at, count, digest, data, mac FROM aq_audit_anchors WHERE kind = 'anchor'
 ORDER BY id DESC LIMIT 1
 
--- name: number_events
--- Give events their global numbers.
-UPDATE aq_events SET gseq = v.value ->> 'gseq'
-FROM json_each(:rows) AS v
-WHERE aq_events.task_id = v.value ->> 'task_id' AND aq_events.seq = v.value ->> 'seq'
-  AND aq_events.gseq IS NULL
+-- name: numbers_drawn
+-- The highest global number of a committed event. One writer at a time: a write under way can
+-- only take higher ones.
+SELECT coalesce(max(gseq), 0) AS drawn FROM aq_events WHERE gseq IS NOT NULL
+
+-- name: events_numbered
+-- The events with global numbers in after+1 .. upto, in order.
+SELECT gseq, hash FROM aq_events WHERE gseq > :after AND gseq <= :upto ORDER BY gseq
 
 -- name: add_anchor
 -- Record an anchor or a purge record.

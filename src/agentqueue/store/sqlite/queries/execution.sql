@@ -58,9 +58,12 @@ RETURNING *
 -- name: claim_events
 -- The claim events of the tasks just claimed (:written).
 INSERT INTO aq_events (task_id, seq, tenant, at, from_state, to_state, action, actor, reason,
-    data, hash, row_mac)
+    data, hash, gseq, row_mac)
 SELECT id, event_seq, tenant, :now, 'queued', 'executing', 'claim', :worker, '', :data,
-    last_hash, aq_row_mac(last_hash, state, priority, payload, result, assigned_to, approved_by,
+    last_hash,
+    -- The next global numbers (R24): one writer at a time, so none is taken twice.
+    (SELECT coalesce(max(gseq), 0) FROM aq_events WHERE gseq IS NOT NULL) + row_number() OVER (),
+    aq_row_mac(last_hash, state, priority, payload, result, assigned_to, approved_by,
         retry_count)
 FROM aq_tasks WHERE id IN (SELECT value FROM json_each(:written))
 
@@ -91,9 +94,12 @@ RETURNING aq_tasks.id AS id, aq_tasks.event_seq AS event_seq, aq_tasks.last_hash
 -- name: complete_events
 -- The complete events of the tasks just completed (:written).
 INSERT INTO aq_events (task_id, seq, tenant, at, from_state, to_state, action, actor, reason,
-    data, hash, row_mac)
+    data, hash, gseq, row_mac)
 SELECT id, event_seq, tenant, :now, 'executing', 'completed', 'complete', :actor, '', :data,
-    last_hash, aq_row_mac(last_hash, state, priority, payload, result, assigned_to, approved_by,
+    last_hash,
+    -- The next global numbers (R24): one writer at a time, so none is taken twice.
+    (SELECT coalesce(max(gseq), 0) FROM aq_events WHERE gseq IS NOT NULL) + row_number() OVER (),
+    aq_row_mac(last_hash, state, priority, payload, result, assigned_to, approved_by,
         retry_count)
 FROM aq_tasks WHERE id IN (SELECT value FROM json_each(:written))
 

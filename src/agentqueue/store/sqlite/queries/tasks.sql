@@ -27,10 +27,12 @@ RETURNING id, seq
 -- name: insert_events
 -- Append the events of the rows a statement just wrote (:written), from a JSON document.
 INSERT INTO aq_events (task_id, seq, tenant, at, from_state, to_state, action, actor, reason,
-    data, hash, row_mac)
+    data, hash, gseq, row_mac)
 SELECT r.value ->> 'e_task_id', r.value ->> 'e_seq', r.value ->> 'e_tenant', r.value ->> 'e_at',
     r.value ->> 'e_from', r.value ->> 'e_to', r.value ->> 'e_action', r.value ->> 'e_actor',
     r.value ->> 'e_reason', r.value ->> 'e_data', r.value ->> 'e_hash',
+    -- The next global numbers (R24): one writer at a time, so none is taken twice.
+    (SELECT coalesce(max(gseq), 0) FROM aq_events WHERE gseq IS NOT NULL) + row_number() OVER (),
     -- The row as written, signed with its head event (R24); none for a purge (no row).
     (SELECT aq_row_mac(t.last_hash, t.state, t.priority, t.payload, t.result, t.assigned_to,
                        t.approved_by, t.retry_count)
