@@ -227,6 +227,7 @@ RECIPES: dict[tuple[str, str], tuple[Policy, Recipe]] = {
     ("GET", "/v1/tasks/{task_id}/events"): (SUBMITTER, _task_route()),
     ("GET", "/v1/tasks/{task_id}/logs"): (SUBMITTER, _task_route()),
     ("GET", "/v1/tasks/{task_id}/prompt"): (SUBMITTER, _task_route()),
+    ("GET", "/v1/tasks/{task_id}/thread"): (SUBMITTER, _task_route()),
     ("GET", "/v1/stats"): (SUBMITTER, _plain()),
     ("GET", "/v1/agents"): (OPERATOR, _plain()),
     ("POST", "/v1/tasks/{task_id}/cancel"): (OPERATOR, _task_route(REASON)),

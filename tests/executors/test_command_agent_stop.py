@@ -147,8 +147,9 @@ async def test_leftovers_of_an_agent_that_exited_are_killed(
         "grandchild", where, "escape", where, "hide", where, "sleep", "0.3", "print", "1"
     )
     assert result.end is AttemptEnd.COMPLETED, result.error
-    # The descendant that left the group held the output pipes open: it was not waited for.
-    assert time.monotonic() - started < 1.0
+    # The descendant that left the group held the output pipes open: it was not waited for
+    # (it sleeps 60 s; the bound is generous for a loaded machine, far below that).
+    assert time.monotonic() - started < 30.0
     pids = wait_for_pids(pids_file, "grandchild", "escaped", "hidden", timeout=0)
     assert wait_gone(pids, 2.0) == []
 
