@@ -81,7 +81,7 @@ def test_importing_the_command_loads_no_heavy_module() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, env=environ
     )
     modules = set(json.loads(done.stdout))
-    assert "agentqueue.cli.processes" in modules  # every command was defined
+    assert "agentqueue.cli.shell" in modules
     assert heavy(modules) == []
     assert sorted(modules & {*HELP_ONLY, "agentqueue.queue", "agentqueue.config"}) == []
 
@@ -98,6 +98,31 @@ def test_list_on_sqlite_loads_no_heavy_module(tmp_path: Path) -> None:
     assert "agentqueue.store.sqlite.dialect" in modules  # it did read the database
     assert heavy(modules) == []
     assert sorted(modules & set(LIST_NEVER)) == []
+    # Only the task commands' module: the others are imported when their command is used.
+    assert sorted(m for m in modules if m.startswith("agentqueue.cli.")) == [
+        "agentqueue.cli.shell",
+        "agentqueue.cli.tasks",
+    ]
+    assert "agentqueue.bench.cli" not in modules
+
+
+def test_the_command_table_names_every_command_of_every_module() -> None:
+    """Every command a module defines is in the table under its own name, and nothing else is:
+    a command added to a module and not to the table would be missing from the CLI."""
+    import importlib
+
+    from agentqueue.cli import COMMANDS, main
+
+    defined = {}
+    for module in ("tasks", "people", "operations", "deliveries", "tokens", "processes"):
+        for command in importlib.import_module(f"agentqueue.cli.{module}").COMMANDS:
+            defined[command.name] = f".{module}"
+    defined["bench"] = "..bench.cli"
+    assert {name: where for name, (where, _) in COMMANDS.items()} == defined
+    ctx = main.make_context("agentqueue", ["list"])
+    for name in COMMANDS:
+        command = main.get_command(ctx, name)
+        assert command is not None and command.name == name
 
 
 def test_list_with_the_database_in_the_environment_builds_no_validator(tmp_path: Path) -> None:

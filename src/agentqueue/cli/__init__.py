@@ -21,6 +21,8 @@ concern.
 
 from __future__ import annotations
 
+import importlib
+
 import click
 from click.core import ParameterSource
 
@@ -36,7 +38,24 @@ from .shell import (
 )
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class CommandTable(click.Group):
+    """The group of :data:`COMMANDS`, each imported from its module when first asked for."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            module, attr = COMMANDS[cmd_name]
+            command = getattr(importlib.import_module(module, __name__), attr)
+            self.add_command(command, cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(
+    cls=CommandTable,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
 @click.option(
     "--db",
     envvar="AGENTQUEUE_DB",
@@ -120,13 +139,46 @@ def main(
     }
 
 
-# The commands, a module for each concern; they import the shell, never this package.
-from . import deliveries, operations, people, processes, tasks, tokens  # noqa: E402
-
-for _module in (tasks, people, operations, deliveries, tokens, processes):
-    for _command in _module.COMMANDS:
-        main.add_command(_command)
-
-from ..bench.cli import bench  # noqa: E402  (kept apart: the benchmarks live in bench/)
-
-main.add_command(bench)
+# The commands, a module for each concern (they import the shell, never this package), each
+# imported when its command is used: `agentqueue list` loads the task commands, not the
+# processes' or the benchmarks' (start-up time). `--help` lists them all, and so loads them all.
+COMMANDS: dict[str, tuple[str, str]] = {
+    **{
+        name: (".tasks", attr)
+        for name, attr in (
+            ("submit", "submit"),
+            ("list", "list_cmd"),
+            ("show", "show"),
+            ("tool-result", "tool_result"),
+            ("events", "events"),
+            ("logs", "logs"),
+        )
+    },
+    **{name: (".people", name) for name in ("cancel", "approve", "reject", "dlq")},
+    **{
+        name: (".operations", attr)
+        for name, attr in (
+            ("migrate", "migrate"),
+            ("stats", "stats"),
+            ("agents", "agents_cmd"),
+            ("pause", "pause"),
+            ("resume", "resume"),
+            ("schedules", "schedules"),
+            ("verify", "verify"),
+            ("audit", "audit"),
+        )
+    },
+    "deliveries": (".deliveries", "deliveries"),
+    "tokens": (".tokens", "tokens"),
+    **{
+        name: (".processes", attr)
+        for name, attr in (
+            ("worker", "worker"),
+            ("serve", "serve"),
+            ("api", "api_cmd"),
+            ("scheduler", "scheduler"),
+        )
+    },
+    "bench": ("..bench.cli", "bench"),  # kept apart: the benchmarks live in bench/
+}
+"""Each command's name: the module (relative to this package) and the name it has there."""
