@@ -7,6 +7,7 @@ and every operation encodes its parameters and decodes its rows through it.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
@@ -400,6 +401,14 @@ def purge_rows(items: Sequence[Purge], codec: Codec) -> list[dict[str, Any]]:
 def record_from_row(cls: type[R], row: Row, codec: Codec) -> R:
     """A frozen record (Candidate, Bucket, LeaderInfo, PausedType, Schedule, LogRecord) from a
     row with a column of each field's name, each value decoded by the field's declared type."""
+    plan = _record_decoders(cls, codec)  # type: ignore[arg-type]  # a class is hashable
+    return cls(**{name: decode(row[name]) for name, decode in plan})
+
+
+@functools.cache
+def _record_decoders(cls: type[Any], codec: Codec) -> tuple[tuple[str, Callable[[Any], Any]], ...]:
+    """Each field of ``cls`` with its decoder, worked out once per record type and dialect
+    (the admission planner reads its candidates through this, a row per pending task)."""
     decoders: dict[str, Callable[[Any], Any]] = {
         "datetime": codec.at,
         "datetime | None": codec.time_in,
@@ -410,8 +419,7 @@ def record_from_row(cls: type[R], row: Row, codec: Codec) -> R:
         "Role": Role,
         "bool": bool,  # SQLite keeps 0 and 1
     }
-    values = {f.name: decoders.get(str(f.type), _same)(row[f.name]) for f in fields(cls)}  # type: ignore[arg-type]
-    return cls(**values)
+    return tuple((f.name, decoders.get(str(f.type), _same)) for f in fields(cls))
 
 
 def bucket_rows(buckets: Mapping[str, Bucket], codec: Codec) -> list[dict[str, Any]]:
