@@ -15,7 +15,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 from uuid import UUID, uuid4
@@ -59,7 +59,9 @@ def from_micros(value: int | None) -> datetime | None:
     """Integer microseconds since the epoch to an aware UTC datetime."""
     if value is None:
         return None
-    return datetime.fromtimestamp(value // 1_000_000, UTC).replace(microsecond=value % 1_000_000)
+    # Integer arithmetic, exact; twice as fast as fromtimestamp + replace (ten of these a task
+    # row: the claim's decoding).
+    return _EPOCH + timedelta(microseconds=value)
 
 
 def _micros(name: str, secs: float) -> tuple[str, int]:
