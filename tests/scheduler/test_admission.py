@@ -233,3 +233,27 @@ def test_unknown_rate_limit_is_refused_naming_the_field(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as caught:
         load_settings(path)
     assert "task_types.review.rate_limit" in str(caught.value)
+
+
+@pytest.mark.parametrize("limited", [False, True], ids=["set-wise", "planned"])
+async def test_a_pass_tells_of_each_admission_once_and_of_none_when_it_admits_nothing(
+    open_queue: OpenQueue, limited: bool
+) -> None:
+    """A scheduler pass calls ``on_admitted`` (in a worker: its claimer, in the same process)
+    once for an admission it made, the tasks then queued, and not at all when it admits
+    nothing; both ways of admitting (set-wise, and planned under a cap)."""
+    from agentqueue.scheduler.steps import tick
+
+    settings: dict[str, object] = {"queue": {"admit_on_submit": False}}
+    if limited:
+        settings["admission"] = {"max_active": 10}
+    queue = await open_queue(**settings)
+    await queue.submit_many([{"title": f"t{i}", "task_type": "docs"} for i in range(3)])
+    rt = await queue.runtime()
+    calls: list[int] = []
+
+    report = await tick(rt, admit_first=True, on_admitted=lambda: calls.append(1))
+    assert report.admitted == 3 and calls == [1]
+    assert (await queue.stats()).by_state[S.QUEUED] == 3
+    report = await tick(rt, admit_first=True, on_admitted=lambda: calls.append(1))
+    assert report.admitted == 0 and calls == [1]

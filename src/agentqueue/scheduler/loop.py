@@ -95,7 +95,7 @@ class Scheduler:
 
     async def _pass(self, admit_first: bool = False) -> bool:
         try:
-            report = await tick(self.rt, admit_first=admit_first)
+            report = await tick(self.rt, admit_first=admit_first, on_admitted=self.on_admitted)
         except StoreUnavailable as exc:
             self._pass_outage.failed(exc, "scheduler passes", self._pace())
             return False
@@ -103,8 +103,6 @@ class Scheduler:
             log.warning("scheduler step failed: %s", exc)
             return False
         self._pass_outage.ok("scheduler passes")
-        if report.admitted and self.on_admitted is not None:
-            self.on_admitted()
         return report.more
 
     def _pace(self) -> float:

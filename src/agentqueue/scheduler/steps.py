@@ -117,11 +117,20 @@ class TickReport:
 ADMIT_BATCH = 1000
 
 
-async def tick(rt: Runtime, *, admit_first: bool = False) -> TickReport:
+async def tick(
+    rt: Runtime,
+    *,
+    admit_first: bool = False,
+    on_admitted: Callable[[], None] | None = None,
+) -> TickReport:
     """One pass of every step, in order; a step with nothing to do (one cheap read tells) opens
     no write transaction. ``admit_first`` (a pass woken by news of pending work) admits before
-    anything else, so the new work waits for no other step."""
+    anything else, so the new work waits for no other step; ``on_admitted`` is called as soon as
+    an admission has committed (a worker's claimer, in the same process, need not wait for the
+    rest of the pass nor for the notice)."""
     admitted = await admit(rt, ADMIT_BATCH) if admit_first else []
+    if admitted and on_admitted is not None:
+        on_admitted()
     if len(admitted) == ADMIT_BATCH:
         return TickReport(0, 0, len(admitted), True)
     hints = await rt.store.work_hints(rt.clock.now())
@@ -132,7 +141,10 @@ async def tick(rt: Runtime, *, admit_first: bool = False) -> TickReport:
     deps = await advance_dependencies(rt) if hints.held else None
     released = deps.released if deps else 0
     if (hints.admissible and not admit_first) or retried or released:
-        admitted += await admit(rt, ADMIT_BATCH)
+        later = await admit(rt, ADMIT_BATCH)
+        if later and on_admitted is not None:
+            on_admitted()
+        admitted += later
     return TickReport(
         len(reclaimed),
         len(retried),
