@@ -162,7 +162,12 @@ def hash_tail(
 
 def chain_material(prev_hash: str, task_id: str, tenant: str, seq: int, tail: str) -> str:
     """What an event's hash is taken over."""
-    return _field(prev_hash) + _field(task_id) + _field(tenant) + _field(str(seq)) + tail
+    number = str(seq)
+    # One string built at once (SQLite runs this for every event a write makes).
+    return (
+        f"{len(prev_hash)}:{prev_hash}{len(task_id)}:{task_id}{len(tenant)}:{tenant}"
+        f"{len(number)}:{number}{tail}"
+    )
 
 
 def chain_hash(prev_hash: str, task_id: str, tenant: str, seq: int, tail: str) -> str:
@@ -225,20 +230,41 @@ class RowFields:
 
     def material(self, event_hash: str) -> str:
         """What ``row_mac`` is taken over, with the head event's hash."""
-
-        def maybe(value: str | None) -> str:
-            return "~" if value is None else _field(value)
-
-        return (
-            _field(event_hash)
-            + _field(self.state)
-            + _field(str(self.priority))
-            + _field(self.payload)
-            + maybe(self.result)
-            + maybe(self.assigned_to)
-            + maybe(self.approved_by)
-            + _field(str(self.retry_count))
+        return row_material(
+            event_hash,
+            self.state,
+            self.priority,
+            self.payload,
+            self.result,
+            self.assigned_to,
+            self.approved_by,
+            self.retry_count,
         )
+
+
+def _maybe(value: str | None) -> str:
+    return "~" if value is None else f"{len(value)}:{value}"
+
+
+def row_material(
+    event_hash: str,
+    state: str,
+    priority: int,
+    payload: str,
+    result: str | None,
+    assigned_to: str | None,
+    approved_by: str | None,
+    retry_count: int,
+) -> str:
+    """What ``row_mac`` is taken over: the head event's hash and the row's signed fields, each
+    as its length, a colon and its text (``~`` for a NULL). One string built at once: SQLite
+    runs this for every row a write changes."""
+    level, retries = str(priority), str(retry_count)
+    return (
+        f"{len(event_hash)}:{event_hash}{len(state)}:{state}{len(level)}:{level}"
+        f"{len(payload)}:{payload}{_maybe(result)}{_maybe(assigned_to)}{_maybe(approved_by)}"
+        f"{len(retries)}:{retries}"
+    )
 
 
 def row_mac(
@@ -253,8 +279,11 @@ def row_mac(
 ) -> str:
     """The keyed hash binding a task row's fields to its head event (SQLite's ``aq_row_mac``;
     PostgreSQL computes the same in SQL)."""
-    fields = RowFields(state, priority, payload, result, assigned_to, approved_by, retry_count)
-    return _keys.seal(fields.material(event_hash))
+    return _keys.seal(
+        row_material(
+            event_hash, state, priority, payload, result, assigned_to, approved_by, retry_count
+        )
+    )
 
 
 @dataclass(frozen=True)
