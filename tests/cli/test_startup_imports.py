@@ -21,12 +21,15 @@ HELP_ONLY = ("asyncio", "sqlite3", "pydantic", "pydantic_settings", "agentqueue.
 the event loop, the database driver, the configuration's validation and the rules of the
 domain load when a command runs."""
 LIST_NEVER = ("pydantic_settings", "pydantic.plugin._loader", "importlib.metadata",
+              "importlib.resources", "zipfile",
               "agentqueue.executors.inprocess", "agentqueue.service.actions",
               "agentqueue.service.execution", "agentqueue.service.submit")  # fmt: skip
 """What ``list`` with no configuration file and no override does not load: the settings are the
 defaults, built without validation (pydantic loads its plugins, through importlib.metadata, when
 it first builds a validator; pydantic-settings is not a dependency), and the queue's operations
-other than the reads are loaded when first called."""
+other than the reads are loaded when first called; the store's SQL files are read from the
+package's directory (importlib.resources, which loads zipfile and the compressors, only for a
+package run from a zip archive)."""
 OURS = (
     "agentqueue.api",
     "agentqueue.worker",
@@ -131,3 +134,35 @@ def test_list_with_the_database_in_the_environment_builds_no_validator(tmp_path:
     modules = loaded("list", AGENTQUEUE_DB=url)
     assert "agentqueue.store.sqlite.dialect" in modules
     assert sorted(modules & set(LIST_NEVER)) == []
+
+
+def test_the_store_reads_its_sql_files_from_a_zip_archive_too(tmp_path: Path) -> None:
+    """Run from a zip archive (no directory to read), the store finds its named queries and
+    migrations through importlib.resources, the same ones as from the directory."""
+    import zipfile
+
+    import agentqueue
+    from agentqueue.store.migrate import available
+    from agentqueue.store.sqlfile import named_queries
+
+    package = Path(agentqueue.__file__).parent
+    archive = tmp_path / "agentqueue.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        for path in package.rglob("*"):
+            if path.is_file() and "__pycache__" not in path.parts:
+                zf.write(path, Path("agentqueue") / path.relative_to(package))
+    probe = (
+        "import json, sys; sys.path.insert(0, sys.argv[1]); import agentqueue; "
+        "from agentqueue.store.sqlfile import named_queries; "
+        "from agentqueue.store.migrate import available; "
+        "print(json.dumps([agentqueue.__file__, sorted(named_queries('sqlite')), "
+        "[m.version for m in available('postgres')]]))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, str(archive)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    where, queries, versions = json.loads(done.stdout)
+    assert ".zip" in where
+    assert queries == sorted(named_queries("sqlite"))
+    assert versions == [m.version for m in available("postgres")]

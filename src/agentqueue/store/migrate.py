@@ -16,10 +16,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 from typing import Protocol
 
 from ..domain.errors import StoreMisconfigured
+from .sqlfile import shipped_folder
 
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 DIALECTS = ("sqlite", "postgres")
@@ -44,7 +44,7 @@ def available(dialect: str) -> list[Migration]:
 
 @cache
 def _shipped(dialect: str) -> list[Migration]:
-    folder = resources.files("agentqueue.store").joinpath(dialect, "migrations")
+    folder = shipped_folder(dialect, "migrations")
     found = []
     for entry in folder.iterdir():
         match = _FILE.match(entry.name)

@@ -9,9 +9,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 _HEADER = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
+
+if TYPE_CHECKING:
+    from importlib.resources.abc import Traversable
 
 
 @dataclass(frozen=True)
@@ -41,10 +45,23 @@ def parse_named_queries(text: str, source: str = "") -> dict[str, NamedQuery]:
     return queries
 
 
+def shipped_folder(dialect: str, kind: str) -> Traversable:
+    """The folder of a dialect's shipped SQL files (``queries`` or ``migrations``): read from
+    the installed package's directory, or, for a package run from a zip archive, through
+    importlib.resources (imported only then: it loads zipfile and the compressors, a few
+    milliseconds of every command's start)."""
+    folder = Path(__file__).parent / dialect / kind
+    if folder.is_dir():
+        return folder
+    from importlib import resources
+
+    return resources.files("agentqueue.store").joinpath(dialect, kind)
+
+
 @cache
 def named_queries(dialect: str) -> dict[str, NamedQuery]:
     """Every named query of one dialect (``sqlite`` or ``postgres``), from all its files."""
-    folder = resources.files("agentqueue.store").joinpath(dialect, "queries")
+    folder = shipped_folder(dialect, "queries")
     found: dict[str, NamedQuery] = {}
     for entry in sorted(folder.iterdir(), key=lambda e: e.name):
         if not entry.name.endswith(".sql"):
