@@ -14,12 +14,15 @@ them level. Versions already recorded in ``aq_schema_version`` keep their meanin
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ..domain.errors import StoreMisconfigured
 from .sqlfile import shipped_folder
+
+if TYPE_CHECKING:
+    from importlib.resources.abc import Traversable
 
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 DIALECTS = ("sqlite", "postgres")
@@ -29,11 +32,17 @@ ALIGNED_FROM = 8
 
 @dataclass(frozen=True)
 class Migration:
-    """One schema step."""
+    """One schema step; its SQL is read from its file when first asked for (every command
+    checks the versions when it opens a database, few of them apply a step)."""
 
     version: int
     name: str
-    sql: str
+    source: Traversable = field(repr=False)
+
+    @property
+    def sql(self) -> str:
+        """The step's SQL."""
+        return self.source.read_text()
 
 
 def available(dialect: str) -> list[Migration]:
@@ -49,7 +58,7 @@ def _shipped(dialect: str) -> list[Migration]:
     for entry in folder.iterdir():
         match = _FILE.match(entry.name)
         if match:
-            found.append(Migration(int(match.group(1)), match.group(2), entry.read_text()))
+            found.append(Migration(int(match.group(1)), match.group(2), entry))
     found.sort(key=lambda m: m.version)
     versions = [m.version for m in found]
     if versions != list(range(1, len(found) + 1)):
