@@ -58,6 +58,7 @@ def recording() -> Iterator[list[tuple[str, dict[str, Any]]]]:
     """Record (name, parameters) of every named query the PostgreSQL store sends meanwhile."""
     sent: list[tuple[str, dict[str, Any]]] = []
     original = pg.PostgresSession.fetch
+    original_table = pg.PostgresSession.fetch_table
 
     async def fetch(
         self: pg.PostgresSession, query: str, params: Mapping[str, Any] | None = None
@@ -65,11 +66,19 @@ def recording() -> Iterator[list[tuple[str, dict[str, Any]]]]:
         sent.append((query, dict(params or {})))
         return await original(self, query, params)
 
+    async def fetch_table(
+        self: pg.PostgresSession, query: str, params: Mapping[str, Any] | None = None
+    ) -> tuple[list[str], list[Any]]:
+        sent.append((query, dict(params or {})))
+        return await original_table(self, query, params)
+
     pg.PostgresSession.fetch = fetch  # type: ignore[method-assign]
+    pg.PostgresSession.fetch_table = fetch_table  # type: ignore[method-assign]
     try:
         yield sent
     finally:
         pg.PostgresSession.fetch = original  # type: ignore[method-assign]
+        pg.PostgresSession.fetch_table = original_table  # type: ignore[method-assign]
 
 
 async def capture(url: str, batch: int) -> tuple[dict[str, Any], dict[str, Any], int]:

@@ -23,6 +23,14 @@ class Session(Protocol):
         """Run ``query`` and return its rows."""
         ...
 
+    async def fetch_table(
+        self, query: str, params: Mapping[str, Any] | None = None
+    ) -> tuple[list[str], list[Sequence[Any]]]:
+        """Run ``query``; its column names, once, and its rows as sequences of values in
+        that order (no name-keyed row built for each: for statements returning many rows of
+        many columns, such as a claim)."""
+        ...
+
     async def execute(self, query: str, params: Mapping[str, Any] | None = None) -> int:
         """Run ``query`` for its effect; return how many rows it touched."""
         ...

@@ -206,7 +206,20 @@ def log_rows(records: Sequence[LogRecord], codec: Codec) -> list[dict[str, Any]]
 
 def task_from_row(row: Row, codec: Codec) -> Task:
     """A Task from a row of aq_tasks (every column, any order)."""
-    values = dict(row)  # type: ignore[call-overload]
+    return _task(dict(row), codec)  # type: ignore[call-overload]
+
+
+def tasks_from_table(
+    names: Sequence[str], rows: Sequence[Sequence[Any]], codec: Codec
+) -> list[Task]:
+    """Tasks from rows of aq_tasks given as value tuples, with the column names read once for
+    the statement (every column, any order): what task_from_row gives for each, without a
+    name-keyed row built and copied for every task."""
+    return [_task(dict(zip(names, row, strict=True)), codec) for row in rows]
+
+
+def _task(values: dict[str, Any], codec: Codec) -> Task:
+    """A Task from the columns of one aq_tasks row by name (the dict becomes the task's)."""
     values.pop("route_after", None)  # admission's own bookkeeping, not a task field
     values["state"] = TaskState(values["state"])
     values["depends_on"] = codec.uuids_in(values["depends_on"])

@@ -59,8 +59,8 @@ from .rows import (
     event_from_row,
     record_from_row,
     stored_event_from_row,
-    task_from_row,
     task_head_from_row,
+    tasks_from_table,
 )
 from .tx import QueryOps, SQLTx
 
@@ -132,7 +132,8 @@ class SQLStore(QueryOps):
         )
         values.update(self.codec.durations(aging=p.aging_secs, ttl=p.ttl_secs, grace=p.grace_secs))
         async with self._d.write() as s:
-            tasks = [task_from_row(row, self.codec) for row in await s.fetch("claim", values)]
+            names, rows = await s.fetch_table("claim", values)
+        tasks = tasks_from_table(names, rows, self.codec)
         if not self._d.orders_in_sql:
             tasks.sort(
                 key=lambda t: order_key(t.priority, t.eligible_at, t.seq, p.now, p.aging_secs)

@@ -41,7 +41,7 @@ from .rows import (
     outbox_rows,
     purge_rows,
     record_from_row,
-    task_from_row,
+    tasks_from_table,
 )
 
 
@@ -55,7 +55,8 @@ class QueryOps:
         return self.codec.params(**values)
 
     async def _tasks(self, s: Session, query: str, **values: Any) -> list[Task]:
-        return [task_from_row(row, self.codec) for row in await s.fetch(query, self._p(**values))]
+        names, rows = await s.fetch_table(query, self._p(**values))
+        return tasks_from_table(names, rows, self.codec)
 
     async def _insert_tasks(self, s: Session, new: Sequence[NewTask]) -> dict[UUID, int]:
         if not new:

@@ -189,6 +189,14 @@ class SQLiteSession:
         """Rows of ``query``, after its follow-up statements if it has any."""
         return await self._conn.run(lambda c: _fetch(c, query, params or {}))
 
+    async def fetch_table(
+        self, query: str, params: Mapping[str, Any] | None = None
+    ) -> tuple[list[str], list[Sequence[Any]]]:
+        """Column names and rows of ``query`` (sqlite3.Row is a sequence already)."""
+        rows = await self.fetch(query, params)
+        names = list(rows[0].keys()) if rows else []  # type: ignore[attr-defined]
+        return names, rows  # type: ignore[return-value]
+
     async def execute(self, query: str, params: Mapping[str, Any] | None = None) -> int:
         """Rows touched by ``query``."""
         return await self._conn.run(lambda c: c.execute(Q[query], params or {}).rowcount)

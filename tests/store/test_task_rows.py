@@ -1,0 +1,77 @@
+"""Task rows decoded the cheap way give what the plain way gives: tuples with the column names
+read once (claims and every task read) against name-keyed rows, on each backend; and
+PostgreSQL's JSON loader against psycopg's own, on the values the server sends."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+
+from agentqueue import AsyncQueue
+from agentqueue.store.postgres.dialect import ADAPTERS
+from agentqueue.store.rows import task_from_row, tasks_from_table
+
+JSON_TEXTS = [
+    "[]", "{}", "null", "0", "-12", "12345678901234567890", "2.5", "1e300", '""',
+    '"é\\u00e9 \\ud83d\\ude00"', "true", "false", '[1, 2.0, "x", null, [], {}]',
+    '{"": [], "a": {"b": [{}]}, "ü": "\\n\\t\\\\"}',
+    '{"a": 1, "a": 2}', " [ ] ", '{"x":{}}',
+]  # fmt: skip
+
+
+async def test_tasks_from_table_are_the_tasks_task_from_row_gives(queue: AsyncQueue) -> None:
+    await queue.submit(title="plain", task_type="bugfix")
+    await queue.submit(
+        title="full",
+        task_type="docs",
+        payload={"nested": {"list": [1, 2.5, "é", None, {}], "empty": []}},
+        labels=["a", "b"],
+        priority=2,
+        source="issue",
+        source_id="o/r#1",
+        idempotency_key="k1",
+        callback_url="https://example.test/cb",
+    )
+    await queue.admit(10)
+    claimed = await queue.claim(1, "w1")
+    assert len(claimed) == 1
+    await queue.complete(claimed[0].id, claimed[0].lock_token, result={"ok": [1, {}]})
+    page = await queue.list(limit=10)
+    ids = [t.id for t in page.items]
+    store = queue.store
+    params = store.codec.params(ids=ids, tenant=None)
+    async with store._d.read() as s:  # type: ignore[attr-defined]
+        names, table = await s.fetch_table("get_tasks", params)
+        rows = await s.fetch("get_tasks", params)
+    by_table = {t.id: t for t in tasks_from_table(names, table, store.codec)}
+    by_row = {t.id: t for t in (task_from_row(r, store.codec) for r in rows)}
+    assert len(by_table) == 2
+    assert by_table == by_row
+    for task_id, task in by_table.items():
+        assert vars(task) == vars(by_row[task_id])
+        assert [type(v) for v in vars(task).values()] == [
+            type(v) for v in vars(by_row[task_id]).values()
+        ]
+    # The claim's rows too: the task claimed is the one read back, but for the completion.
+    done = by_table[claimed[0].id]
+    assert done.payload == claimed[0].payload and done.labels == claimed[0].labels
+    assert done.result == {"ok": [1, {}]}
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("column_type", ["json", "jsonb"])
+def test_postgres_json_loader_gives_what_psycopg_gives(pg_url: str, column_type: str) -> None:
+    query = f"SELECT v::{column_type} FROM unnest(%s::text[]) WITH ORDINALITY AS t(v, i) ORDER BY i"
+    with psycopg.connect(pg_url, autocommit=True) as plain:
+        expected: list[Any] = [r[0] for r in plain.execute(query, (JSON_TEXTS,))]
+    with psycopg.connect(pg_url, autocommit=True, context=ADAPTERS) as ours:
+        got: list[Any] = [r[0] for r in ours.execute(query, (JSON_TEXTS,))]
+    assert got == expected
+    assert [type(v) for v in got] == [type(v) for v in expected]
+    # Each empty array or object is a value of its own, never one shared by every row.
+    assert got[0] == [] and got[1] == {}
+    with psycopg.connect(pg_url, autocommit=True, context=ADAPTERS) as ours:
+        first, second = ours.execute(f"SELECT '[]'::{column_type}, '[]'::{column_type}").fetchone()  # type: ignore[misc]
+    assert first == [] and second == [] and first is not second
