@@ -72,7 +72,7 @@ class Dialect(Protocol):
 
     def write(self, *, renewal: bool = False) -> AbstractAsyncContextManager[Session]:
         """A session for one write, committed when the context ends; ``renewal`` marks a write
-        that only renews a lease."""
+        that is only bookkeeping (a lease renewal, a worker's presence)."""
         ...
 
     def transaction(self) -> AbstractAsyncContextManager[Session]:

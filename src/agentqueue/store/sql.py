@@ -344,8 +344,9 @@ class SQLStore(QueryOps):
         )
 
     async def record_worker(self, name: str, slots: int, busy: int, now: datetime) -> None:
-        """One upsert."""
-        async with self._d.write() as s:
+        """One upsert (bookkeeping, like a lease renewal: an idle worker's own presence is no
+        news to its listener, see SQLite's ``listen``)."""
+        async with self._d.write(renewal=True) as s:
             await s.execute("record_worker", self._p(name=name, slots=slots, busy=busy, now=now))
 
     async def forget_worker(self, name: str) -> None:

@@ -229,7 +229,8 @@ class SQLiteDialect:
         self._own_commits = 0
         """Commits of this store's own writer (its listeners see them like any other)..."""
         self._lease_commits = 0
-        """...of which lease renewals: the one write an idle process makes."""
+        """...of which bookkeeping (lease renewals, the worker's presence): the writes an idle
+        process makes, which do not switch its own listeners to fast looking."""
 
     @property
     def commits(self) -> int:
