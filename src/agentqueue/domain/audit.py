@@ -267,23 +267,11 @@ def row_material(
     )
 
 
-def row_mac(
-    event_hash: str,
-    state: str,
-    priority: int,
-    payload: str,
-    result: str | None,
-    assigned_to: str | None,
-    approved_by: str | None,
-    retry_count: int,
-) -> str:
-    """The keyed hash binding a task row's fields to its head event (SQLite's ``aq_row_mac``;
-    PostgreSQL computes the same in SQL)."""
-    return _keys.seal(
-        row_material(
-            event_hash, state, priority, payload, result, assigned_to, approved_by, retry_count
-        )
-    )
+def row_mac(*columns: Any) -> str:
+    """The keyed hash binding a task row's fields to its head event, from the columns
+    :func:`row_material` takes, in its order (SQLite's ``aq_row_mac``; PostgreSQL computes the
+    same in SQL)."""
+    return _keys.seal(row_material(*columns))
 
 
 @dataclass(frozen=True)
