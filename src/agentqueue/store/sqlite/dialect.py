@@ -14,7 +14,7 @@ import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
@@ -231,6 +231,8 @@ class SQLiteDialect:
         self._lease_commits = 0
         """...of which bookkeeping (lease renewals, the worker's presence): the writes an idle
         process makes, which do not switch its own listeners to fast looking."""
+        self._committing = False
+        """A COMMIT of the writer is under way and not yet counted."""
 
     @property
     def commits(self) -> int:
@@ -262,13 +264,15 @@ class SQLiteDialect:
     @asynccontextmanager
     async def write(self, *, renewal: bool = False) -> AsyncIterator[SQLiteSession]:
         """A transaction of its own on the writer connection."""
-        async with self.transaction() as session:
+        async with self._transaction(renewal) as session:
             yield session
-        if renewal:
-            self._lease_commits += 1
+
+    def transaction(self) -> AbstractAsyncContextManager[SQLiteSession]:
+        """BEGIN IMMEDIATE ... COMMIT on the writer connection (see :meth:`_transaction`)."""
+        return self._transaction(False)
 
     @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[SQLiteSession]:
+    async def _transaction(self, renewal: bool) -> AsyncIterator[SQLiteSession]:
         """BEGIN IMMEDIATE ... COMMIT on the writer connection.
 
         A statement handed to the connection's thread runs to its end even if the awaiting task
@@ -289,8 +293,16 @@ class SQLiteDialect:
             except BaseException:
                 await self._end("ROLLBACK")
                 raise
-            await self._end("COMMIT")
-            self._own_commits += 1
+            # Listeners in this process leave a change they see while this commit is being
+            # counted for their next look, so they never judge it before it is counted as ours.
+            self._committing = True
+            try:
+                await self._end("COMMIT")
+                self._own_commits += 1
+                if renewal:
+                    self._lease_commits += 1
+            finally:
+                self._committing = False
 
     async def _end(self, statement: str) -> None:
         job = asyncio.ensure_future(self._writer.run(lambda c: c.execute(statement)))
@@ -340,7 +352,7 @@ class SQLiteDialect:
                     self.listen_idle_interval_secs if quiet else self.listen_interval_secs
                 )
                 current = version()
-                if current != last:
+                if current != last and not self._committing:
                     last = current
                     # Every change is announced. A change that may be only this process's own
                     # lease renewal does not switch to fast looking, so an idle worker stays
