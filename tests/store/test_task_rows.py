@@ -75,3 +75,18 @@ def test_postgres_json_loader_gives_what_psycopg_gives(pg_url: str, column_type:
     with psycopg.connect(pg_url, autocommit=True, context=ADAPTERS) as ours:
         first, second = ours.execute(f"SELECT '[]'::{column_type}, '[]'::{column_type}").fetchone()  # type: ignore[misc]
     assert first == [] and second == [] and first is not second
+
+
+def test_json_text_loads_as_json_loads_does_each_empty_value_its_own() -> None:
+    """Both dialects read JSON columns through load_json_text: the same values as json.loads,
+    and an empty array or object never shared between rows."""
+    import json
+
+    from agentqueue.store.rows import load_json_text
+
+    for text in JSON_TEXTS:
+        value = load_json_text(text)
+        assert value == json.loads(text) and type(value) is type(json.loads(text))
+    first, second = load_json_text("[]"), load_json_text("[]")
+    assert first == [] and first is not second
+    assert load_json_text("{}") is not load_json_text("{}")

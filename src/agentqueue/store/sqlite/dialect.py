@@ -25,7 +25,7 @@ from ...domain.errors import InvalidInput, StoreError
 from ..base import CHANNEL_CHANGED, Notice
 from ..errors import from_sqlite
 from ..migrate import Migration
-from ..rows import Codec, Row, dump
+from ..rows import Codec, Row, dump, load_json_text
 from ..sql import SQLStore
 from ..sqlfile import load_queries
 
@@ -71,7 +71,7 @@ def _micros(name: str, secs: float) -> tuple[str, int]:
 
 
 def _json_in(value: str | None) -> Any:
-    return None if value is None else json.loads(value)
+    return None if value is None else load_json_text(value)
 
 
 CODEC = Codec(
@@ -80,7 +80,7 @@ CODEC = Codec(
     uuid_out=lambda u: None if u is None else str(u),
     uuid_in=lambda s: None if s is None else UUID(s),
     uuids_out=lambda ids: json.dumps([str(i) for i in ids]),
-    uuids_in=lambda text: tuple(UUID(s) for s in json.loads(text)),
+    uuids_in=lambda text: tuple(UUID(s) for s in load_json_text(text)),
     json_in=_json_in,
     time_param=to_micros,
     uuid_param=str,
