@@ -9,25 +9,12 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
+from worker_helpers import FAST_CONFIG
 
 from agentqueue import AsyncQueue
 
 HERE = Path(__file__).parent
 AGENTQUEUE = Path(sys.executable).with_name("agentqueue")
-
-FAST_CONFIG = """
-[queue]
-lease_ttl_secs = 2
-
-[retry]
-base = 1.0
-cap_secs = 0.2
-jitter = 0.0
-
-[worker]
-poll_secs = 0.2
-grace_secs = 5
-"""
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from agentqueue.domain.errors import FieldProblem, InvalidInput
+from agentqueue.domain.errors import FieldProblem
 from agentqueue.domain.models import Task
 from agentqueue.pipelines import (
     Hold,
@@ -27,7 +27,8 @@ class HookedPipeline:
 
     kind = "hooked"
     guarded = False
-    checks_completion = True
+    # Neither ``checks_completion`` (it has ``on_complete``) nor ``reply`` (it sends none): a
+    # kind leaves out what it does not use.
 
     def __init__(self, ctx: PipelineContext) -> None:
         self.ctx = ctx
@@ -65,7 +66,3 @@ class HookedPipeline:
         if isinstance(result, dict) and result.get("signed") is True:
             return Verdict.accept()
         return Verdict.refuse("not signed")
-
-    def reply(self, task: Task, body: Any) -> dict[str, Any]:
-        """No replies."""
-        raise InvalidInput("this kind sends no replies", "reply")

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from worker_helpers import ended, wait_for
+from worker_helpers import FAST_CONFIG, ended, wait_for
 
 from agentqueue import AsyncQueue, Task, TaskState
 
@@ -27,19 +27,8 @@ def config_file(tmp_path: Path, request: pytest.FixtureRequest) -> Path:
     worker_extra = 'run_as = "root"' if host else ""
     agent_extra = 'isolation = "none"' if host else ""
     path.write_text(
-        f"""
-[queue]
-lease_ttl_secs = 2
-
-[retry]
-base = 1.0
-cap_secs = 0.2
-jitter = 0.0
-
-[worker]
-poll_secs = 0.2
-grace_secs = 5
-workdir = "{tmp_path / "runs"}"
+        FAST_CONFIG
+        + f"""workdir = "{tmp_path / "runs"}"
 {worker_extra}
 
 [agents.e2e]

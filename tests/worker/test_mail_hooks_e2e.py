@@ -11,22 +11,19 @@ The agents run sandboxed (no database to write to): a reply reaches the queue on
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
-import time
 from pathlib import Path
 from uuid import UUID, uuid4
 
 import pytest
+from worker_helpers import FAST_CONFIG, settled
 
 from agentqueue import AsyncQueue, Task, TaskState
 
 S = TaskState
 HERE = Path(__file__).parent
 AGENT = HERE / "mail_agent.py"
-WITHIN = 60.0
-"""Seconds a test waits for the worker before it fails."""
 
 
 @pytest.fixture
@@ -35,19 +32,8 @@ def config_file(tmp_path: Path) -> Path:
     path = tmp_path / "agentqueue.toml"
     agent = f"command = [{json.dumps(sys.executable)}, {json.dumps(str(AGENT))}]"
     path.write_text(
-        f"""
-[queue]
-lease_ttl_secs = 2
-
-[retry]
-base = 1.0
-cap_secs = 0.2
-jitter = 0.0
-
-[worker]
-poll_secs = 0.2
-grace_secs = 5
-workdir = {json.dumps(str(tmp_path / "runs"))}
+        FAST_CONFIG
+        + f"""workdir = {json.dumps(str(tmp_path / "runs"))}
 run_as = "root"
 
 [pipelines]
@@ -71,18 +57,6 @@ extra_rw = [{json.dumps(str(tmp_path))}]
     return path
 
 
-async def settled(q: AsyncQueue, task_id: UUID, within: float = WITHIN) -> Task:
-    """The task once it has ended: a terminal state, or dead-lettered."""
-    deadline = time.monotonic() + within
-    while True:
-        task = await q.get(task_id)
-        if task.terminal or task.state is S.DEAD_LETTER:
-            return task
-        if time.monotonic() > deadline:
-            raise AssertionError(f"task {task_id} still {task.state.value} after {within}s")
-        await asyncio.sleep(0.1)
-
-
 def runs(record: Path, task_id: UUID) -> int:
     """How many times the agent started on the task."""
     if not record.exists():
@@ -90,19 +64,23 @@ def runs(record: Path, task_id: UUID) -> int:
     return sum(line.split()[0] == str(task_id) for line in record.read_text().splitlines())
 
 
+async def short(q: AsyncQueue, payload: dict[str, object], **fields: object) -> Task:
+    """A task with a 2 s timeout and one retry, telling the test agent what to do."""
+    made = await q.submit(timeout_secs=2, max_retries=1, payload=payload, **fields)
+    return made.task
+
+
 async def mail(q: AsyncQueue, **payload: object) -> Task:
     """A mail from alice to bob."""
-    made = await q.submit(
+    return await short(
+        q,
+        payload,
         title="Which index?",
         task_type="mail",
         source="mail",
         assignee="bob",
         requested_by="alice",
-        timeout_secs=2,
-        max_retries=1,
-        payload=payload,
     )
-    return made.task
 
 
 async def test_a_mail_answered_then_timed_out_completes_once_with_one_reply(
@@ -187,15 +165,8 @@ async def test_a_third_kind_with_its_own_hooks_runs_through_the_same_worker(
     live_queue: AsyncQueue, start_worker, tmp_path: Path
 ) -> None:
     async def work(**payload: object) -> Task:
-        made = await live_queue.submit(
-            title="sign this",
-            task_type="hooked",
-            kind="hooked",
-            timeout_secs=2,
-            max_retries=1,
-            payload=payload,
-        )
-        return made.task
+        fields = {"title": "sign this", "task_type": "hooked", "kind": "hooked"}
+        return await short(live_queue, payload, **fields)
 
     signed = await work(result={"signed": True})
     unsigned = await work(result={"signed": False})

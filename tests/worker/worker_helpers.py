@@ -6,8 +6,25 @@ import asyncio
 import time
 from collections.abc import Callable
 from pathlib import Path
+from uuid import UUID
 
-from agentqueue import AsyncQueue, TaskState
+from agentqueue import AsyncQueue, Task, TaskState
+
+FAST_CONFIG = """
+[queue]
+lease_ttl_secs = 2
+
+[retry]
+base = 1.0
+cap_secs = 0.2
+jitter = 0.0
+
+[worker]
+poll_secs = 0.2
+grace_secs = 5
+"""
+"""Short leases and fast retries, so crash recovery happens in seconds. It ends inside
+``[worker]``: a test may add lines of that table, then tables of its own."""
 
 
 def executions(record_file: Path) -> list[tuple[str, ...]]:
@@ -37,3 +54,15 @@ async def wait_for(
 def ended(counts: dict[TaskState, int], n: int) -> bool:
     """All ``n`` tasks are in terminal states."""
     return sum(v for s, v in counts.items() if s.terminal) == n
+
+
+async def settled(queue: AsyncQueue, task_id: UUID, within: float = 60.0) -> Task:
+    """The task once it has ended: a terminal state, or dead-lettered."""
+    deadline = time.monotonic() + within
+    while True:
+        task = await queue.get(task_id)
+        if task.terminal or task.state is TaskState.DEAD_LETTER:
+            return task
+        if time.monotonic() > deadline:
+            raise AssertionError(f"task {task_id} still {task.state.value} after {within}s")
+        await asyncio.sleep(0.1)
