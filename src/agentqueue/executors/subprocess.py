@@ -341,6 +341,35 @@ def tool_results(task: Task) -> dict[str, dict[str, Any]]:
     return calls
 
 
+async def _start_launcher(
+    loop: asyncio.AbstractEventLoop,
+    agent: AgentProcess,
+    args: list[str],
+    *,
+    cwd: str | Path,
+    env: dict[str, str],
+    pass_fds: tuple[int, ...],
+) -> asyncio.SubprocessTransport:
+    """The launcher (``python -I -S sandbox.py ARGS``) in a session of its own, its stdin,
+    stdout and stderr piped to ``agent``: started ahead (``--warm``) or for one attempt."""
+    transport, _ = await loop.subprocess_exec(
+        lambda: agent,
+        sys.executable,
+        "-I",
+        "-S",
+        str(SANDBOX),
+        *args,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=cwd,
+        env=env,
+        start_new_session=True,
+        pass_fds=pass_fds,
+    )
+    return transport
+
+
 class CommandAgent:
     """An :class:`~agentqueue.executors.base.Executor` that runs ``settings.command`` per attempt.
 
@@ -463,20 +492,12 @@ class CommandAgent:
                 "landlock_fd": landlock,
             }
             agent = AgentProcess(loop, self.settings.max_output_bytes)
-            transport, _ = await loop.subprocess_exec(
-                lambda: agent,
-                sys.executable,
-                "-I",
-                "-S",
-                str(SANDBOX),
-                "--warm",
-                json.dumps(warm),
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
+            transport = await _start_launcher(
+                loop,
+                agent,
+                ["--warm", json.dumps(warm)],
                 cwd="/",
                 env={},
-                start_new_session=True,
                 pass_fds=(spec_r, status_w) if landlock is None else (spec_r, status_w, landlock),
             )
             os.close(spec_r)
@@ -640,19 +661,12 @@ class CommandAgent:
             spec["status_fd"] = status_w
             agent = AgentProcess(loop, self.settings.max_output_bytes, protocol.line)
             try:
-                transport, _ = await loop.subprocess_exec(
-                    lambda: agent,
-                    sys.executable,
-                    "-I",
-                    "-S",
-                    str(SANDBOX),
-                    json.dumps(spec),
-                    stdin=asyncio.subprocess.PIPE,
-                    stdout=asyncio.subprocess.PIPE,
-                    stderr=asyncio.subprocess.PIPE,
+                transport = await _start_launcher(
+                    loop,
+                    agent,
+                    [json.dumps(spec)],
                     cwd=workdir,
                     env=env,
-                    start_new_session=True,
                     pass_fds=(status_w,) if landlock is None else (status_w, landlock),
                 )
             except OSError as exc:
