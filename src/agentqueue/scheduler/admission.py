@@ -307,10 +307,11 @@ async def admit_limited(rt: Runtime, limit: int) -> list[UUID]:
         if policy.only_global_cap:
             # Nothing to plan per agent or bucket: when one tenant waits (or shares are off),
             # the plan is the best tasks in claim order, up to the room: one set-wise statement.
-            room = capacity(policy, Load(await tx.active_count(), {}, {}), limit)
+            counted = await tx.admission_room()
+            room = capacity(policy, Load(counted.active, {}, {}), limit)
             if room == 0:
                 return []
-            if not policy.fair_share or len(await tx.pending_tenants(2)) < 2:
+            if not policy.fair_share or not counted.several_tenants:
                 return await tx.admit_next(AdmitParams(room, now, policy.aging_secs, event, paused))
         load = Load.count(await tx.active_load())
         room = capacity(policy, load, limit)

@@ -175,6 +175,16 @@ class LoadRow:
 
 
 @dataclass(frozen=True)
+class Room:
+    """What a global cap counts, and whether fair share has tenants to weigh."""
+
+    active: int
+    """Admitted tasks: queued or executing."""
+    several_tenants: bool
+    """More than one tenant has pending tasks."""
+
+
+@dataclass(frozen=True)
 class Bucket:
     """A rate limit's stored tokens, as of ``updated_at``."""
 
@@ -458,11 +468,15 @@ class AdmissionTx(Protocol):
     """Admission under limits (R12): serialised, counted, and set-wise once decided."""
 
     async def lock_admission(self) -> None:
-        """Wait until no other transaction is admitting under limits, then hold that turn."""
+        """Wait until no other transaction is admitting under limits, then hold that turn.
+        The transaction's commit need not wait for the disk: an admission a crash loses
+        leaves its tasks pending, and the next commit that waits makes it durable."""
         ...
 
-    async def active_count(self) -> int:
-        """How many tasks are admitted (queued or executing)."""
+    async def admission_room(self) -> Room:
+        """How many tasks are admitted (queued or executing), and whether more than one
+        tenant has pending tasks: what admission under a global cap alone reads, in one
+        statement."""
         ...
 
     async def pending_tenants(self, limit: int) -> list[str]:

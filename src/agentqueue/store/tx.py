@@ -25,6 +25,7 @@ from .base import (
     NewTask,
     OutboxRow,
     Purge,
+    Room,
 )
 from .dialect import Dialect, Session
 from .rows import (
@@ -145,10 +146,10 @@ class SQLTx(QueryOps):
         """One admitter under limits at a time."""
         await self._s.lock_admission()
 
-    async def active_count(self) -> int:
-        """Queued plus executing tasks."""
-        rows = await self._s.fetch("active_count")
-        return int(rows[0]["n"]) if rows else 0
+    async def admission_room(self) -> Room:
+        """Queued plus executing tasks, and whether several tenants have pending tasks."""
+        row = (await self._s.fetch("admission_room"))[0]
+        return Room(int(row["n"]), bool(row["several"]))
 
     async def pending_tenants(self, limit: int) -> list[str]:
         """Tenants with pending tasks."""

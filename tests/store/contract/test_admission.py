@@ -69,16 +69,33 @@ async def test_lock_admission_serialises_admitting_transactions(store: Store) ->
     assert order == ["first", "second"]
 
 
-async def test_active_count_counts_queued_and_executing(store: Store, rt: Runtime) -> None:
-    """Tx.active_count counts admitted work: queued and executing tasks, nothing else."""
+async def test_admission_room_counts_admitted_work(store: Store, rt: Runtime) -> None:
+    """Tx.admission_room counts admitted work: queued and executing tasks, nothing else."""
     async with store.transaction() as tx:
-        assert await tx.active_count() == 0
+        assert (await tx.admission_room()).active == 0
     await insert(rt)
     await insert(rt, admitted=True)
     await insert(rt, admitted=True, task_type="run")
     await claim(store, 1, rt.clock.now(), task_types=["run"])
     async with store.transaction() as tx:
-        assert await tx.active_count() == 2
+        assert (await tx.admission_room()).active == 2
+
+
+async def test_admission_room_tells_when_several_tenants_wait(store: Store, rt: Runtime) -> None:
+    """Tx.admission_room says whether more than one tenant has pending tasks: none, one
+    tenant (with several tasks), two; another tenant's admitted work does not count."""
+
+    async def several() -> bool:
+        async with store.transaction() as tx:
+            return (await tx.admission_room()).several_tenants
+
+    assert not await several()
+    await insert(rt, tenant="b")
+    await insert(rt, tenant="b")
+    await insert(rt, tenant="c", admitted=True)
+    assert not await several()
+    await insert(rt, tenant="a")
+    assert await several()
 
 
 async def test_pending_tenants_lists_tenants_with_pending_work(store: Store, rt: Runtime) -> None:

@@ -60,9 +60,14 @@ ORDER BY
     eligible_at, seq
 
 -- name: admission_lock
--- Take the one turn to admit under limits, until commit.
--- Admissions under caps are counted, so they are taken one at a time.
-SELECT pg_advisory_xact_lock(418387158645)
+-- Take the one turn to admit under limits, until commit; that commit does not wait for the disk.
+-- Admissions under caps are counted, so they are taken one at a time. The transaction's commit
+-- does not wait for its WAL to reach the disk (synchronous_commit off, for this transaction
+-- only: set_config's third argument): an admission a server crash loses leaves its tasks
+-- pending, to be admitted again, with their events and rate tokens (one transaction), and any
+-- later commit that waits (the claim of what was admitted, among others) makes it durable too,
+-- as the WAL is flushed in order.
+SELECT pg_advisory_xact_lock(418387158645), set_config('synchronous_commit', 'off', true)
 
 -- name: active_load
 -- Admitted work (queued or executing) by tenant and agent.
@@ -80,11 +85,15 @@ WHERE state = 'executing' AND agent IS NOT NULL AND priority >= %(min_priority)s
   AND started_at <= %(before)s
 GROUP BY agent
 
--- name: active_count
--- How many tasks are admitted (queued or executing).
--- One count per state, each from its partial index (the state index leaves both out).
+-- name: admission_room
+-- How many tasks are admitted (queued or executing), and whether several tenants have pending work.
+-- One count per state, each from its partial index (the state index leaves both out); the
+-- tenants from the two ends of the pending tenant index (several iff they differ).
 SELECT (SELECT count(*) FROM aq_tasks WHERE state = 'queued')
-     + (SELECT count(*) FROM aq_tasks WHERE state = 'executing') AS n
+     + (SELECT count(*) FROM aq_tasks WHERE state = 'executing') AS n,
+    (SELECT tenant FROM aq_tasks WHERE state = 'pending' ORDER BY tenant LIMIT 1)
+    IS DISTINCT FROM
+    (SELECT tenant FROM aq_tasks WHERE state = 'pending' ORDER BY tenant DESC LIMIT 1) AS several
 
 -- name: pending_tenants
 -- Tenants that have pending tasks, skipping through the index.

@@ -55,9 +55,13 @@ WHERE state = 'executing' AND agent IS NOT NULL AND priority >= :min_priority
   AND started_at <= :before
 GROUP BY agent
 
--- name: active_count
--- How many tasks are admitted (queued or executing).
-SELECT count(*) AS n FROM aq_tasks WHERE state IN ('queued', 'executing')
+-- name: admission_room
+-- How many tasks are admitted (queued or executing), and whether several tenants have pending work.
+-- The tenants from the two ends of the pending tenant index (several iff they differ).
+SELECT (SELECT count(*) FROM aq_tasks WHERE state IN ('queued', 'executing')) AS n,
+    (SELECT tenant FROM aq_tasks WHERE state = 'pending' ORDER BY tenant LIMIT 1)
+    IS NOT
+    (SELECT tenant FROM aq_tasks WHERE state = 'pending' ORDER BY tenant DESC LIMIT 1) AS several
 
 -- name: pending_tenants
 -- Tenants that have pending tasks, skipping through the index.
