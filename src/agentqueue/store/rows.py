@@ -434,6 +434,19 @@ def record_from_row(cls: type[R], row: Row, codec: Codec) -> R:
     return cls(**{name: decode(row[name]) for name, decode in plan})
 
 
+def records_from_table(
+    cls: type[R], names: Sequence[str], rows: Sequence[Sequence[Any]], codec: Codec
+) -> list[R]:
+    """Records as :func:`record_from_row` gives them, from rows given as value tuples with the
+    column names read once for the statement (the admission planner's candidates, a row per
+    pending task, without a name-keyed row built for each)."""
+    if not rows:
+        return []  # SQLite names no columns without a row
+    plan = _record_decoders(cls, codec)  # type: ignore[arg-type]  # a class is hashable
+    at = [(names.index(name), decode) for name, decode in plan]
+    return [cls(*[decode(row[i]) for i, decode in at]) for row in rows]
+
+
 @functools.cache
 def _record_decoders(cls: type[Any], codec: Codec) -> tuple[tuple[str, Callable[[Any], Any]], ...]:
     """Each field of ``cls`` with its decoder, worked out once per record type and dialect

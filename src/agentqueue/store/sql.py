@@ -167,8 +167,12 @@ class SQLStore(QueryOps):
             wake=wake_scheduler,
         )
         async with self._d.write() as s:
-            done = await s.fetch("complete", params)
-        return {self.codec.uuid(r["id"]): (r["event_seq"], r["last_hash"]) for r in done}
+            names, done = await s.fetch_table("complete", params)
+        if not done:
+            return {}
+        i, n, h = names.index("id"), names.index("event_seq"), names.index("last_hash")
+        uuid = self.codec.uuid
+        return {uuid(r[i]): (r[n], r[h]) for r in done}
 
     async def insert_tasks(self, new: Sequence[NewTask]) -> dict[UUID, int]:
         """Insert what does not conflict, with the events of the rows inserted."""

@@ -42,6 +42,7 @@ from .rows import (
     outbox_rows,
     purge_rows,
     record_from_row,
+    records_from_table,
     tasks_from_table,
 )
 
@@ -197,8 +198,8 @@ class SQLTx(QueryOps):
             paused=list(query.paused),
             skip_types=list(query.skip_types),
         )
-        rows = await self._s.fetch("admission_candidates", params)
-        return [record_from_row(Candidate, r, self.codec) for r in rows]
+        names, rows = await self._s.fetch_table("admission_candidates", params)
+        return records_from_table(Candidate, names, rows, self.codec)
 
     async def rate_buckets(self, names: Sequence[str]) -> dict[str, Bucket]:
         """Stored buckets, locked until commit."""
