@@ -15,28 +15,13 @@ from http_server import AGENTQUEUE, MAIN_API_SETTINGS, ApiServer, clean_env, run
 from prometheus_client.parser import text_string_to_metric_families
 
 from agentqueue import AsyncQueue, TaskState
+from fast_config import fast_config
 
 WORKER_DIR = Path(__file__).parent.parent / "worker"
 
-CONFIG = """
-[queue]
-lease_ttl_secs = 2
-
-[retry]
-base = 1.0
-cap_secs = 0.2
-jitter = 0.0
-
-[worker]
-poll_secs = 0.2
-grace_secs = 2
-"""
+CONFIG = fast_config(grace_secs=2)
 
 COMPLETE, TIME_OUT, DEAD_LETTER, DEAD_RETRIES = 480, 10, 10, 2
-SLOW = {"task_type": "sleep", "payload": {"secs": 30}, "timeout_secs": 1, "max_retries": 0}
-"""Stopped at its 1 s timeout, no retry: dead-lettered as a timeout."""
-BAD = {"task_type": "fail", "payload": {"retryable": True}, "max_retries": DEAD_RETRIES}
-"""Fails retryably every time: dead-lettered after its retries."""
 SLOW = {"task_type": "sleep", "payload": {"secs": 30}, "timeout_secs": 1, "max_retries": 0}
 """Stopped at its 1 s timeout, no retry: dead-lettered as a timeout."""
 BAD = {"task_type": "fail", "payload": {"retryable": True}, "max_retries": DEAD_RETRIES}

@@ -12,6 +12,7 @@ from pathlib import Path
 from scheduler_helpers import max_overlap, spawn
 
 from agentqueue import AsyncQueue, TaskState
+from fast_config import fast_config
 
 AGENT = Path(__file__).with_name("limits_agent.py")
 
@@ -36,18 +37,8 @@ async def test_four_workers_never_exceed_the_global_or_agent_caps(
 ) -> None:
     config = tmp_path / "agentqueue.toml"
     config.write_text(
-        f"""
-[queue]
-lease_ttl_secs = 5
-
-[retry]
-base = 1.0
-cap_secs = 0.2
-jitter = 0.0
-
-[worker]
-poll_secs = 0.2
-workdir = "{tmp_path / "runs"}"
+        fast_config(lease_secs=5, grace_secs=None)
+        + f"""workdir = "{tmp_path / "runs"}"
 run_as = "root"
 
 [admission]

@@ -20,30 +20,17 @@ from pathlib import Path
 from worker_helpers import executions, wait_for
 
 from agentqueue import AsyncQueue, TaskState
+from fast_config import fast_config
 from pg_instance import PgInstance
 
 HERE = Path(__file__).parent
 AGENTQUEUE = Path(sys.executable).with_name("agentqueue")
 S = TaskState
 
-CONFIG = """
-[queue]
-lease_ttl_secs = {lease}
-
-[retry]
-base = 1.0
-cap_secs = 0.2
-jitter = 0.0
-
-[worker]
-poll_secs = 0.2
-grace_secs = 5
-"""
-
 
 def start_worker(url: str, tmp_path: Path, lease: float, *args: str) -> subprocess.Popen[str]:
     config = tmp_path / "agentqueue.toml"
-    config.write_text(CONFIG.format(lease=lease))
+    config.write_text(fast_config(lease_secs=lease))
     environ = {**os.environ, "AGENTQUEUE_DB": url, "AQ_TEST_RECORD": str(tmp_path / "record")}
     environ.pop("AGENTQUEUE_CONFIG", None)
     with (tmp_path / "worker.log").open("w") as out:

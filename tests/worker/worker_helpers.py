@@ -9,22 +9,10 @@ from pathlib import Path
 from uuid import UUID
 
 from agentqueue import AsyncQueue, Task, TaskState
+from fast_config import fast_config
 
-FAST_CONFIG = """
-[queue]
-lease_ttl_secs = 2
-
-[retry]
-base = 1.0
-cap_secs = 0.2
-jitter = 0.0
-
-[worker]
-poll_secs = 0.2
-grace_secs = 5
-"""
-"""Short leases and fast retries, so crash recovery happens in seconds. It ends inside
-``[worker]``: a test may add lines of that table, then tables of its own."""
+FAST_CONFIG = fast_config()
+"""Short leases and fast retries (see fast_config), grace 5 s."""
 
 
 def executions(record_file: Path) -> list[tuple[str, ...]]:
