@@ -296,8 +296,8 @@ class WorkerSettings(_Section):
     """How workers run."""
 
     concurrency: int | None = Field(default=None, ge=1, le=10_000)
-    """Slots per worker; unset: 500 when it runs only async in-process handlers, else 10 (see
-    agentqueue.worker.tuning)."""
+    """Slots per worker; unset: its handlers' (500 when all are async, else 10) plus each of
+    its agents' ``max_concurrent`` (see agentqueue.worker.tuning)."""
     heartbeat_secs: float | None = Field(default=None, gt=0, le=600)
     grace_secs: float = Field(default=30.0, ge=0, le=3600)
     cancel_grace_secs: float = Field(default=0.5, ge=0, le=60)

@@ -636,16 +636,15 @@ class AsyncQueue:
         ``deliver_before_exit``: once stopped, try each delivery due then once before
         returning (``--until-idle``). ``origin``: where the database and settings came
         from, said in the start line."""
-        from .worker.assemble import build_executors, only_async_handlers
+        from .worker.assemble import build_executors, derived_slots
         from .worker.runner import Worker, WorkerOptions, default_worker_id
         from .worker.tuning import tune
 
         conf = self.settings.worker
+        handler_part, agent_part = derived_slots(self.settings, self.handlers, task_types, agents)
         tuning = tune(
             self.store.dialect,
-            only_async_handlers=only_async_handlers(
-                self.settings, self.handlers, task_types, agents
-            ),
+            slots=handler_part + agent_part,
             concurrency=concurrency or conf.concurrency,
             claim_batch=self.settings.queue.claim_batch,
             claims_in_flight=conf.claims_in_flight,
@@ -680,6 +679,8 @@ class AsyncQueue:
             self.settings,
             self.handlers,
             concurrency=options.concurrency,
+            # Derived slots: the handlers keep to their share, the agents' stay theirs.
+            handler_slots=handler_part if "concurrency" in tuning.derived else None,
             task_types=task_types,
             agents=agents,
             request_heartbeat=lambda task_id: holder[0].request_heartbeat(task_id),

@@ -9,11 +9,11 @@ import pytest
 
 from agentqueue import AsyncQueue
 from agentqueue.config import Settings
-from agentqueue.worker.tuning import tune
+from agentqueue.worker.tuning import slots_for_handlers, tune
 
 
 def test_an_async_only_worker_on_postgres_gets_hundreds_of_slots() -> None:
-    t = tune("postgres", only_async_handlers=True)
+    t = tune("postgres", slots=slots_for_handlers(1, all_async=True))
     assert (t.concurrency, t.claim_batch, t.claims_in_flight, t.flushes_in_flight) == (
         500, 125, 4, 4,
     )  # fmt: skip
@@ -35,20 +35,22 @@ def test_an_async_only_worker_on_postgres_gets_hundreds_of_slots() -> None:
 def test_batch_and_flight_follow_the_slots_and_the_backend(
     backend: str, concurrency: int, expected: tuple[int, int, int]
 ) -> None:
-    t = tune(backend, only_async_handlers=True, concurrency=concurrency)
+    t = tune(backend, slots=500, concurrency=concurrency)
     assert (t.claim_batch, t.claims_in_flight, t.flushes_in_flight) == expected
     assert t.concurrency == concurrency
     assert "concurrency" not in t.derived
 
 
-def test_threads_or_agents_keep_few_slots() -> None:
-    assert tune("postgres", only_async_handlers=False).concurrency == 10
-    assert tune("sqlite", only_async_handlers=False).concurrency == 10
+def test_handlers_in_threads_keep_few_slots_and_no_handlers_none() -> None:
+    assert slots_for_handlers(3, all_async=False) == 10
+    assert slots_for_handlers(0, all_async=True) == 0
+    assert tune("postgres", slots=10).concurrency == 10
+    assert tune("sqlite", slots=0).concurrency == 1  # never none
 
 
 def test_every_explicit_setting_wins() -> None:
     t = tune(
-        "postgres", only_async_handlers=True, concurrency=300, claim_batch=7,
+        "postgres", slots=500, concurrency=300, claim_batch=7,
         claims_in_flight=3, flushes_in_flight=1,
     )  # fmt: skip
     assert (t.concurrency, t.claim_batch, t.claims_in_flight, t.flushes_in_flight) == (
@@ -104,3 +106,37 @@ def test_a_queues_settings_and_arguments_win(tmp_path: Path) -> None:
     assert "concurrency 80 (set), claim batch 40 (set)" in o.tuning
     o = _queue(url, settings).worker(concurrency=20).options
     assert o.concurrency == 20
+
+
+def _agents(**caps: int) -> dict[str, object]:
+    return {
+        name: {"command": ["true"], "task_types": [f"{name}_work"], "isolation": "none",
+               "max_concurrent": cap}
+        for name, cap in caps.items()
+    }  # fmt: skip
+
+
+def test_agents_add_their_own_slots_and_the_handlers_keep_their_share(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    settings = Settings.model_validate({"agents": _agents(fixer=4, writer=2)})
+    worker = _queue(url, settings).worker()
+    assert worker.options.concurrency == 506
+    assert "concurrency 506 (derived)" in worker.options.tuning
+    caps = {e.name: e.max_concurrent for e in worker.executors}
+    # The handlers can never hold the agents' six slots.
+    assert caps == {"handlers": 500, "fixer": 4, "writer": 2}
+    for executor in worker.executors:
+        getattr(executor, "close", lambda: None)()
+    # Asked for one agent only: its slots alone.
+    worker = _queue(url, settings).worker(agents=["fixer"])
+    assert worker.options.concurrency == 4
+    # Handlers in threads: ten slots for them, beside the agents'.
+    assert _queue(url, settings, sync=True).worker().options.concurrency == 16
+
+
+def test_a_set_concurrency_is_shared_by_handlers_and_agents(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    settings = Settings.model_validate({"agents": _agents(fixer=4)})
+    worker = _queue(url, settings).worker(concurrency=8)
+    assert worker.options.concurrency == 8
+    assert {e.name: e.max_concurrent for e in worker.executors} == {"handlers": 8, "fixer": 4}

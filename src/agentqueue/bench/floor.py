@@ -34,7 +34,7 @@ from ..service.execution import Outcome, OutcomeKind
 from ..store.postgres import dialect as pg
 from ..store.sqlfile import load_queries
 from ..worker.flusher import OUTCOMES_PER_BATCH
-from ..worker.tuning import tune
+from ..worker.tuning import slots_for_handlers, tune
 from .child import DRAIN_SETTINGS
 from .common import NOOP, BenchContext, Row, fmt_rate, rate, ratio, target_row
 from .db import count
@@ -188,7 +188,7 @@ async def run(ctx: BenchContext) -> dict[str, Any]:
     # The drain worker's own settings, the unset ones derived as its worker derives them.
     tuning = tune(
         "postgres",
-        only_async_handlers=True,
+        slots=slots_for_handlers(1, all_async=True),
         concurrency=ctx.sizes.drain_concurrency,
         claim_batch=DRAIN_SETTINGS.queue.claim_batch,
         claims_in_flight=DRAIN_SETTINGS.worker.claims_in_flight,

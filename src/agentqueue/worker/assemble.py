@@ -19,6 +19,7 @@ from ..executors.base import Executor
 from ..executors.inprocess import Handler, HandlerExecutor, is_async_callable
 from ..executors.isolation import Confinement
 from ..executors.netfilter import METADATA_ADDRESSES, NetFilterShare
+from .tuning import slots_for_handlers
 
 log = logging.getLogger("agentqueue.worker")
 
@@ -93,22 +94,41 @@ def _chosen_handlers(
     return {t: h for t, h in handlers.items() if wanted is None or t in wanted}
 
 
-def only_async_handlers(
+def _chosen_agents(
+    settings: Settings, task_types: Sequence[str] | None, agents: Sequence[str] | None
+) -> dict[str, list[str]]:
+    """The configured agents a worker runs, each with the task types it runs them for: all, or
+    those named in ``agents``; only for ``task_types`` when given (an agent left with none
+    is not run)."""
+    wanted = set(task_types) if task_types else None
+    chosen: dict[str, list[str]] = {}
+    for name, agent in settings.agents.items():
+        if agents and name not in agents:
+            continue
+        types = [t for t in agent.task_types if wanted is None or t in wanted]
+        if types:
+            chosen[name] = types
+    return chosen
+
+
+def derived_slots(
     settings: Settings,
     handlers: Mapping[str, Handler],
     task_types: Sequence[str] | None = None,
     agents: Sequence[str] | None = None,
-) -> bool:
-    """Whether every task a worker so asked runs goes to an async in-process handler (no
-    handler in a thread, no command agent): then it can hold hundreds of slots."""
+) -> tuple[int, int]:
+    """The slots of a worker so asked whose concurrency is not set (see worker.tuning): its
+    handlers' (500 when all are async, 10 when one runs in a thread, 0 without handlers) and its
+    agents' (each agent's ``max_concurrent``, added up)."""
     chosen = _chosen_handlers(handlers, task_types, agents)
-    if not chosen or not all(is_async_callable(h) for h in chosen.values()):
-        return False
-    wanted = set(task_types) if task_types else None
-    return not any(
-        (not agents or name in agents) and any(wanted is None or t in wanted for t in a.task_types)
-        for name, a in settings.agents.items()
+    handler_part = slots_for_handlers(
+        len(chosen), all(is_async_callable(h) for h in chosen.values())
     )
+    agent_part = sum(
+        settings.agents[name].max_concurrent
+        for name in _chosen_agents(settings, task_types, agents)
+    )
+    return handler_part, agent_part
 
 
 def build_executors(
@@ -116,14 +136,16 @@ def build_executors(
     handlers: Mapping[str, Handler],
     *,
     concurrency: int,
+    handler_slots: int | None = None,
     task_types: Sequence[str] | None = None,
     agents: Sequence[str] | None = None,
     request_heartbeat: Callable[[UUID], None] = lambda task_id: None,
     database_url: str | None = None,
 ) -> list[Executor]:
     """Executors for a worker. Without ``agents`` every configured agent runs (and every
-    handler); with it, only those agents (and handlers only if ``task_types`` names theirs)."""
-    wanted = set(task_types) if task_types else None
+    handler); with it, only those agents (and handlers only if ``task_types`` names theirs).
+    The handlers run at most ``handler_slots`` at once (their share of derived slots), else
+    up to ``concurrency``."""
     if agents:
         unknown = [name for name in agents if name not in settings.agents]
         if unknown:
@@ -132,18 +154,14 @@ def build_executors(
     executors: list[Executor] = []
     chosen = _chosen_handlers(handlers, task_types, agents)
     if chosen:
-        executors.append(HandlerExecutor(chosen, concurrency, request_heartbeat))
+        executors.append(HandlerExecutor(chosen, handler_slots or concurrency, request_heartbeat))
     unsandboxed: list[str] = []
     metadata_open: list[str] = []
     # One network filter for the worker's networked agents (a cgroup and its BPF programs).
     net_filters = NetFilterShare(database_places(database_url or settings.db).endpoints)
     prompts = settings.prompt_templates()
-    for name, agent in settings.agents.items():
-        if agents and name not in agents:
-            continue
-        types = [t for t in agent.task_types if wanted is None or t in wanted]
-        if not types:
-            continue
+    for name, types in _chosen_agents(settings, task_types, agents).items():
+        agent = settings.agents[name]
         from ..executors.subprocess import CommandAgent
 
         narrowed = agent.model_copy(update={"task_types": types, "command": _anchor(agent.command)})
@@ -177,7 +195,8 @@ def build_executors(
             " and ".join(METADATA_ADDRESSES),
             "; ".join(metadata_open),
         )
-    if wanted is not None:
+    if task_types:
+        wanted = set(task_types)
         served = {t for e in executors for t in e.task_types}
         missing = sorted(wanted - served)
         if missing:

@@ -5,10 +5,12 @@ Every value set explicitly (``--concurrency``, ``[worker] concurrency``, ``[queu
 ``[worker] claims_in_flight``, ``[worker] flushes_in_flight``) wins; each value left unset is
 derived here, from the slots and the backend:
 
-- **concurrency**: ``500`` when every task the worker runs goes to an async in-process handler
-  (a waiting coroutine costs a few kilobytes, so a no-op handler can fill hundreds of slots);
-  else ``10`` (handlers that run in threads, command agents: each slot holds a thread or a
-  process).
+- **concurrency**: the slots of each kind of executor the worker runs, added up (see
+  :func:`slots`): its handlers ``500`` when all are async (a waiting coroutine costs a few
+  kilobytes, so a no-op handler can fill hundreds of slots), ``10`` when one runs in a thread
+  (a slot holds a thread); each command agent its own ``max_concurrent`` (a slot holds a
+  process, and the agent never runs more at once). The handlers then keep their share: the
+  agents' slots are never taken by handler tasks.
 - **claims in flight**: on PostgreSQL, ``4`` from 200 slots up, ``2`` below (the server works on
   one claim while the worker starts the tasks of another); on SQLite, ``2`` (one writer at a time:
   more claims only queue for the lock).
@@ -25,9 +27,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 ASYNC_CONCURRENCY = 500
-"""Slots when every task runs in an async in-process handler."""
+"""The handlers' slots when every handler is async."""
 OTHER_CONCURRENCY = 10
-"""Slots otherwise (threads or processes per slot)."""
+"""The handlers' slots when one runs in a thread (a thread per slot)."""
 MAX_CLAIM_BATCH = 250
 MANY_SLOTS = 200
 
@@ -57,21 +59,30 @@ class Tuning:
         return ", ".join(parts)
 
 
+def slots_for_handlers(handlers: int, all_async: bool) -> int:
+    """The slots a worker's ``handlers`` (how many it runs) get when its concurrency is not
+    set: none without handlers."""
+    if not handlers:
+        return 0
+    return ASYNC_CONCURRENCY if all_async else OTHER_CONCURRENCY
+
+
 def tune(
     backend: str,
     *,
-    only_async_handlers: bool,
+    slots: int,
     concurrency: int | None = None,
     claim_batch: int | None = None,
     claims_in_flight: int | None = None,
     flushes_in_flight: int | None = None,
 ) -> Tuning:
     """The speed settings of a worker on ``backend`` (the store's dialect: ``"postgres"`` or
-    ``"sqlite"``): the
-    given values, and the rest derived (see the module's description)."""
+    ``"sqlite"``) whose executors would hold ``slots`` (their slots added up: handlers'
+    from :func:`slots_for_handlers`, each agent's ``max_concurrent``): the given values, and the
+    rest derived (see the module's description)."""
     derived: set[str] = set()
     if concurrency is None:
-        concurrency = ASYNC_CONCURRENCY if only_async_handlers else OTHER_CONCURRENCY
+        concurrency = max(1, slots)
         derived.add("concurrency")
     if claims_in_flight is None:
         many = backend == "postgres" and concurrency >= MANY_SLOTS
