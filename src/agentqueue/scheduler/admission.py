@@ -309,8 +309,8 @@ async def admit_limited(rt: Runtime, limit: int) -> list[UUID]:
             # the plan is the best tasks in claim order, up to the room: one set-wise statement.
             counted = await tx.admission_room()
             room = capacity(policy, Load(counted.active, {}, {}), limit)
-            if room == 0:
-                return []
+            if room == 0 or not counted.pending:
+                return []  # a pass woken by a completion often finds nothing to admit
             if not policy.fair_share or not counted.several_tenants:
                 return await tx.admit_next(AdmitParams(room, now, policy.aging_secs, event, paused))
         load = Load.count(await tx.active_load())

@@ -180,6 +180,8 @@ class Room:
 
     active: int
     """Admitted tasks: queued or executing."""
+    pending: bool
+    """Some task is pending (any tenant's, admissible now or not)."""
     several_tenants: bool
     """More than one tenant has pending tasks."""
 
@@ -474,9 +476,9 @@ class AdmissionTx(Protocol):
         ...
 
     async def admission_room(self) -> Room:
-        """How many tasks are admitted (queued or executing), and whether more than one
-        tenant has pending tasks: what admission under a global cap alone reads, in one
-        statement."""
+        """How many tasks are admitted (queued or executing), whether any task is pending
+        and whether more than one tenant has: what admission under a global cap alone reads,
+        in one statement."""
         ...
 
     async def pending_tenants(self, limit: int) -> list[str]:

@@ -148,9 +148,11 @@ class SQLTx(QueryOps):
         await self._s.lock_admission()
 
     async def admission_room(self) -> Room:
-        """Queued plus executing tasks, and whether several tenants have pending tasks."""
+        """Queued plus executing tasks, and whether one or several tenants have pending
+        tasks."""
         row = (await self._s.fetch("admission_room"))[0]
-        return Room(int(row["n"]), bool(row["several"]))
+        first, last = row["first"], row["last"]
+        return Room(int(row["n"]), first is not None, first != last)
 
     async def pending_tenants(self, limit: int) -> list[str]:
         """Tenants with pending tasks."""

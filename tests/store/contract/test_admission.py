@@ -82,20 +82,22 @@ async def test_admission_room_counts_admitted_work(store: Store, rt: Runtime) ->
 
 
 async def test_admission_room_tells_when_several_tenants_wait(store: Store, rt: Runtime) -> None:
-    """Tx.admission_room says whether more than one tenant has pending tasks: none, one
-    tenant (with several tasks), two; another tenant's admitted work does not count."""
+    """Tx.admission_room says whether any task is pending and whether more than one tenant
+    has pending tasks: none, one tenant (with several tasks), two; another tenant's admitted
+    work does not count."""
 
-    async def several() -> bool:
+    async def pending_and_several() -> tuple[bool, bool]:
         async with store.transaction() as tx:
-            return (await tx.admission_room()).several_tenants
+            room = await tx.admission_room()
+        return room.pending, room.several_tenants
 
-    assert not await several()
-    await insert(rt, tenant="b")
-    await insert(rt, tenant="b")
     await insert(rt, tenant="c", admitted=True)
-    assert not await several()
+    assert await pending_and_several() == (False, False)
+    await insert(rt, tenant="b")
+    await insert(rt, tenant="b")
+    assert await pending_and_several() == (True, False)
     await insert(rt, tenant="a")
-    assert await several()
+    assert await pending_and_several() == (True, True)
 
 
 async def test_pending_tenants_lists_tenants_with_pending_work(store: Store, rt: Runtime) -> None:

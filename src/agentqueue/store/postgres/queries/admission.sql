@@ -86,14 +86,14 @@ WHERE state = 'executing' AND agent IS NOT NULL AND priority >= %(min_priority)s
 GROUP BY agent
 
 -- name: admission_room
--- How many tasks are admitted (queued or executing), and whether several tenants have pending work.
+-- How many tasks are admitted (queued or executing), and which tenants have pending work.
 -- One count per state, each from its partial index (the state index leaves both out); the
--- tenants from the two ends of the pending tenant index (several iff they differ).
+-- tenants from the two ends of the pending tenant index (none pending: both NULL; several iff
+-- they differ).
 SELECT (SELECT count(*) FROM aq_tasks WHERE state = 'queued')
      + (SELECT count(*) FROM aq_tasks WHERE state = 'executing') AS n,
-    (SELECT tenant FROM aq_tasks WHERE state = 'pending' ORDER BY tenant LIMIT 1)
-    IS DISTINCT FROM
-    (SELECT tenant FROM aq_tasks WHERE state = 'pending' ORDER BY tenant DESC LIMIT 1) AS several
+    (SELECT tenant FROM aq_tasks WHERE state = 'pending' ORDER BY tenant LIMIT 1) AS first,
+    (SELECT tenant FROM aq_tasks WHERE state = 'pending' ORDER BY tenant DESC LIMIT 1) AS last
 
 -- name: pending_tenants
 -- Tenants that have pending tasks, skipping through the index.

@@ -56,12 +56,12 @@ WHERE state = 'executing' AND agent IS NOT NULL AND priority >= :min_priority
 GROUP BY agent
 
 -- name: admission_room
--- How many tasks are admitted (queued or executing), and whether several tenants have pending work.
--- The tenants from the two ends of the pending tenant index (several iff they differ).
+-- How many tasks are admitted (queued or executing), and which tenants have pending work.
+-- The tenants from the two ends of the pending tenant index (none pending: both NULL; several
+-- iff they differ).
 SELECT (SELECT count(*) FROM aq_tasks WHERE state IN ('queued', 'executing')) AS n,
-    (SELECT tenant FROM aq_tasks WHERE state = 'pending' ORDER BY tenant LIMIT 1)
-    IS NOT
-    (SELECT tenant FROM aq_tasks WHERE state = 'pending' ORDER BY tenant DESC LIMIT 1) AS several
+    (SELECT tenant FROM aq_tasks WHERE state = 'pending' ORDER BY tenant LIMIT 1) AS first,
+    (SELECT tenant FROM aq_tasks WHERE state = 'pending' ORDER BY tenant DESC LIMIT 1) AS last
 
 -- name: pending_tenants
 -- Tenants that have pending tasks, skipping through the index.
