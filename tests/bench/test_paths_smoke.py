@@ -45,6 +45,7 @@ def test_paths_and_floor_report_their_figures(bench_db: str, tmp_path: Path) -> 
     for way in ("unrouted", "routed", "capped"):
         assert routed["passes"][f"drain_{way}"]["n"] == n
         assert is_number(routed["passes"][f"drain_{way}"]["drain_per_s"])
+        assert len(routed["passes"][f"drain_{way}"]["rounds_per_s"]) == routed["rounds"] == 1
         latency = routed["latency"][way]
         assert is_number(latency["p50_ms"]) and latency["p50_ms"] <= latency["p99_ms"]
     assert is_number(routed["routed_ratio"]) and is_number(routed["capped_ratio"])

@@ -67,6 +67,8 @@ class Sizes:
     dashboard_completed: int = 20_000
     """Of them, completed through the API (what the overview's windows show)."""
     dashboard_renders: int = 30
+    routed_rounds: int = 3
+    """Rounds of the routed benchmark's three drains, taken in turn (medians reported)."""
 
     @classmethod
     def for_run(cls, n: int | None, smoke: bool) -> Sizes:
@@ -97,6 +99,7 @@ class Sizes:
                 dashboard_n=2_000,
                 dashboard_completed=200,
                 dashboard_renders=3,
+                routed_rounds=1,
             )
         n = n or cls.drain_n
         return cls(drain_n=n, enqueue_bulk=n, scaling_n=min(n, cls.scaling_n), busy_n=n, api_bulk=n)
