@@ -2,7 +2,8 @@
 named in ``[pipelines] modules``.
 
 A kind is added by a module that defines a class following :class:`Pipeline` (built from a
-:class:`PipelineContext`) and registers it::
+:class:`PipelineContext`), with any of the optional hooks of :class:`PipelineHooks`, and
+registers it::
 
     from agentqueue.pipelines import register_kind
 
@@ -29,6 +30,7 @@ from .base import (
     Hold,
     Pipeline,
     PipelineContext,
+    PipelineHooks,
     Routable,
     Route,
     ThreadReads,
@@ -43,6 +45,7 @@ __all__ = [
     "Hold",
     "Pipeline",
     "PipelineContext",
+    "PipelineHooks",
     "Pipelines",
     "Routable",
     "Route",

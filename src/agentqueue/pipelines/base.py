@@ -228,7 +228,11 @@ class Pipeline(Protocol):
         """Where admission may send the task."""
         ...
 
-    # --- optional hooks (a kind without them accepts every outcome and takes no replies) ----
+
+class PipelineHooks(Protocol):
+    """The optional hooks of a :class:`Pipeline`: a kind may define any of them, and one
+    without them accepts every outcome and takes no replies (the registry asks for each by
+    name)."""
 
     checks_completion: bool
     """Whether :meth:`on_complete` may refuse a completion. False lets the execution layer

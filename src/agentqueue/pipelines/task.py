@@ -17,7 +17,7 @@ from ..domain.guardrails import first_match
 from ..domain.models import Task
 from ..domain.states import HOLD_APPROVAL, HOLD_DEPENDENCIES
 from ..spec import TaskSpec
-from .base import Hold, PipelineContext, Routable, Route, ThreadReads, Verdict
+from .base import Hold, PipelineContext, Routable, Route
 
 
 class TaskPipeline:
@@ -25,7 +25,6 @@ class TaskPipeline:
 
     kind = "task"
     guarded = True
-    checks_completion = False
 
     def __init__(self, ctx: PipelineContext) -> None:
         self.ctx = ctx
@@ -113,13 +112,8 @@ class TaskPipeline:
             f"every label of {labels}"
         )
 
-    async def on_timeout(self, task: Task, reads: ThreadReads) -> Verdict:
-        """A timeout is a retryable failure, as any."""
-        return Verdict.accept()
-
-    async def on_complete(self, task: Task, result: Any, reads: ThreadReads) -> Verdict:
-        """Every completion stands (the agent is released with it)."""
-        return Verdict.accept()
+    # No on_timeout or on_complete: a timeout is a retryable failure, as any, and every
+    # completion stands (so completions are written set-wise, without asking).
 
     def reply(self, task: Task, body: Any) -> dict[str, Any]:
         """A task takes no replies."""
