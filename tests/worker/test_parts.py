@@ -22,6 +22,7 @@ from agentqueue.domain.models import LogRecord
 from agentqueue.domain.states import Refusal
 from agentqueue.executors.base import AttemptControl, AttemptResult
 from agentqueue.service.execution import HeartbeatReply, Outcome, OutcomeKind
+from agentqueue.service.execution import claim_in as claim_in_tx
 from agentqueue.service.tools import ToolWork
 from agentqueue.store.base import (
     CHANNEL_CHANGED,
@@ -392,6 +393,61 @@ async def test_the_claimer_stops_during_an_outage_and_claims_again_when_it_ends(
     await jobs.wait_all(claimer.claiming)
     assert len(started) == 3 and claimer.claimed == 3
     assert woken == ["scheduler", "worker"]  # came back short: the queue ran dry
+
+
+async def test_claims_within_an_admission_start_when_it_commits_and_hold_their_slots(
+    queue: AsyncQueue,
+) -> None:
+    """Claimer.claim_within claims in the admission's transaction for the executors of what it
+    admitted; until the transaction ends those slots stay held (fill claims nothing more), the
+    tasks start only once it committed, and a rollback drops them and frees the slots."""
+    await queue.submit_many([{"title": f"t{i}", "task_type": "bugfix"} for i in range(3)])
+    await queue.admit()
+    rt = await queue.runtime()
+    executor = Slots(max_concurrent=2)
+    started: list[Task] = []
+    jobs = Supervisor(log)
+
+    async def claim(n: int, types: Any, agents: Any) -> list[Task]:
+        return await queue.claim(n, "w1", types, agents)
+
+    async def hints() -> Any:
+        return await queue.store.work_hints(queue.clock.now())
+
+    claimer = Claimer(
+        claim, hints, [executor], {}, lambda task, _e, _s: started.append(task), jobs,
+        concurrency=5, batch=10, in_flight=1, on_dry=lambda: None, on_claimed=lambda: None,
+    )  # fmt: skip
+
+    async def within(agents: frozenset[str | None], commit: bool) -> None:
+        try:
+            async with queue.store.transaction() as tx:
+
+                async def claim_in(n: int, types: Any, of: Any) -> list[Task]:
+                    return await claim_in_tx(tx, rt, n, "w1", types, of)
+
+                end = await claimer.claim_within(claim_in, agents)
+                claimer.fill()  # the slots are held: nothing more is claimed meanwhile
+                assert not claimer.claiming and started == []
+                if not commit:
+                    raise LookupError
+        except LookupError:
+            end(False)
+        else:
+            end(True)
+
+    async def never(n: int, types: Any, of: Any) -> list[Task]:
+        raise AssertionError("claimed for an executor that runs nothing admitted")
+
+    # Admitted to an agent no executor of this worker runs: nothing is claimed, nothing held.
+    (await claimer.claim_within(never, frozenset({"fixer"})))(True)
+    assert started == [] and claimer.claimed == 0
+    await within(frozenset({None}), commit=False)
+    assert started == [] and await queue.store.count_by_state() == {TaskState.QUEUED: 3}
+    await within(frozenset({None}), commit=True)
+    assert len(started) == 2 and claimer.claimed == 2
+    counts = await queue.store.count_by_state()
+    assert counts == {TaskState.QUEUED: 1, TaskState.EXECUTING: 2}
 
 
 # --- notices, tools, preemption -----------------------------------------------------------------

@@ -140,3 +140,42 @@ def test_an_app_that_cannot_be_imported_exits_2_naming_it(tmp_path: Path) -> Non
     args = ["--db", f"sqlite:///{tmp_path / 'n.db'}", "worker", "--app", "no_such_module:q"]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 2 and "app: cannot import no_such_module" in result.stderr
+
+
+async def test_under_limits_the_admitting_worker_claims_in_the_admissions_transaction(
+    db_url: str,
+) -> None:
+    """With a global cap the worker's own scheduler admits each task and, in the same
+    transaction, the worker claims it: the claim event carries the admission's time, so no
+    notice and no separate claim stood between them. The cap still counts the claimed tasks."""
+    settings = Settings(
+        worker={"poll_secs": 0.1}, queue={"lease_ttl_secs": 5}, admission={"max_active": 2}
+    )
+    queue = AsyncQueue(db_url, settings=settings)
+    running_now: list[int] = []
+    gate = asyncio.Event()
+
+    @queue.handler("job")
+    async def job(task: Task, ctx: TaskContext) -> None:
+        running_now.append(1)
+        await gate.wait()
+
+    stop = asyncio.Event()
+    running = asyncio.create_task(queue.run_worker(stop=stop, worker_id="admitter"))
+    submitted = [(await queue.submit(title=f"t{i}", task_type="job")).task for i in range(5)]
+    deadline = time.monotonic() + 20
+    while len(running_now) < 2:
+        assert time.monotonic() < deadline, (await queue.stats()).by_state
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.5)  # a third would start now if the cap did not hold
+    assert len(running_now) == 2
+    assert (await queue.stats()).by_state[S.PENDING] == 3
+    gate.set()
+    await wait_until_ended(queue, 5)
+    stop.set()
+    await asyncio.wait_for(running, 10)
+    for task in submitted:
+        events = {e.action: e for e in await queue.events(task.id)}
+        assert events["admit"].actor != "admitter"  # the scheduler admits
+        assert events["claim"].actor == "admitter"
+        assert events["claim"].at == events["admit"].at

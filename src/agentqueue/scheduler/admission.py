@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from uuid import UUID
@@ -33,7 +33,7 @@ from ..pipelines import Route
 from ..service.load import Load
 from ..service.records import ADMITTER
 from ..service.runtime import Runtime
-from ..store.base import AdmitParams, Bucket, Candidate, CandidateQuery
+from ..store.base import AdmitParams, Bucket, Candidate, CandidateQuery, Tx
 
 
 @dataclass(frozen=True)
@@ -295,60 +295,88 @@ CANDIDATES_PER_TENANT = 200
 """Candidates read per priority level per tenant beyond the room the cap leaves."""
 
 
-async def admit_limited(rt: Runtime, limit: int) -> list[UUID]:
+HandOver = Callable[[Tx, datetime, frozenset[str | None]], Awaitable[Callable[[bool], None]]]
+"""Given an admission's transaction, its time and the agents it admitted tasks to (None: tasks
+routed to no agent), claim in it what the worker running this scheduler has room for; returns
+what to do once the transaction has ended (True: committed)."""
+
+
+async def admit_limited(rt: Runtime, limit: int, hand_over: HandOver | None = None) -> list[UUID]:
     """Admit under the configured caps, rate limits and fair share; return the ids admitted,
-    best first. One transaction: counts, candidates, buckets and the admissions together."""
+    best first. One transaction: counts, candidates, buckets and the admissions together, and,
+    with ``hand_over``, the claims of the worker this scheduler runs in (its tasks start as the
+    admission commits, with no notice and no claim of their own to wait for)."""
     policy = AdmissionPolicy.from_settings(rt.settings)
     now = rt.clock.now()
-    event = bulk_event(Action.ADMIT, now, ADMITTER)  # the fast path routes nothing
     paused = sorted(await rt.paused_types())
-    async with rt.store.transaction() as tx:
-        await tx.lock_admission()
-        if policy.only_global_cap:
-            # Nothing to plan per agent or bucket: when one tenant waits (or shares are off),
-            # the plan is the best tasks in claim order, up to the room: one set-wise statement.
-            counted = await tx.admission_room()
-            room = capacity(policy, Load(counted.active, {}, {}), limit)
-            if room == 0 or not counted.pending:
-                return []  # a pass woken by a completion often finds nothing to admit
-            if not policy.fair_share or not counted.several_tenants:
-                return await tx.admit_next(AdmitParams(room, now, policy.aging_secs, event, paused))
-        load = Load.count(await tx.active_load())
-        room = capacity(policy, load, limit)
-        if room == 0:
-            return []
-        names = policy.used_limits()
-        stored = await tx.rate_buckets(names) if names else {}
-        tokens = {name: policy.rates[name].refill(stored.get(name), now) for name in names}
-        configured = sorted({*policy.serving, *policy.type_limits})
-        full = full_types(policy, load, tokens, configured)
-        per_tenant = min(limit, room + CANDIDATES_PER_TENANT)
-        tenants = await tx.pending_tenants(MAX_TENANTS)
-        candidates = await tx.admission_candidates(
-            CandidateQuery(now, tenants, per_tenant, full, paused)
-        )
-        pipelines = rt.pipelines
-        preemptible: dict[str, int] = {}
-        if policy.preempt_after_secs is not None and any(c.priority == 0 for c in candidates):
-            before = now - timedelta(seconds=policy.preempt_after_secs)
-            preemptible = await tx.preemptible(before, policy.preempt_min_priority)
-        chosen = plan(
-            candidates,
-            load,
-            tokens,
-            policy,
-            now,
-            limit,
-            lambda c: pipelines.route(c.kind, c),
-            preemptible,
-        )
-        written: set[UUID] = set()
-        for agent, ids in chosen.by_agent().items():
-            event = bulk_event(Action.ADMIT, now, ADMITTER, agent)
-            written.update(await tx.admit_ids(ids, now, event, agent))
-        admitted = [i for i in chosen.ids if i in written]
-        await tx.note_waiting(chosen.waiting, now + timedelta(seconds=ROUTE_RETRY_SECS))
-        if names:
-            left = chosen.refund(admitted)
-            await tx.save_rate_buckets({name: Bucket(left[name], now) for name in names})
-        return admitted
+    after: Callable[[bool], None] | None = None
+    committed = False
+    try:
+        async with rt.store.transaction() as tx:
+            admitted, agents = await _admit_in(tx, rt, policy, now, limit, paused)
+            if admitted and hand_over is not None:
+                after = await hand_over(tx, now, agents)
+        committed = True
+    finally:
+        if after is not None:
+            after(committed)
+    return admitted
+
+
+async def _admit_in(
+    tx: Tx, rt: Runtime, policy: AdmissionPolicy, now: datetime, limit: int, paused: list[str]
+) -> tuple[list[UUID], frozenset[str | None]]:
+    """The admission of :func:`admit_limited`, inside its transaction: the ids admitted, and
+    the agents they went to (None: no agent)."""
+    unrouted: frozenset[str | None] = frozenset({None})
+    event = bulk_event(Action.ADMIT, now, ADMITTER)  # the fast path routes nothing
+    await tx.lock_admission()
+    if policy.only_global_cap:
+        # Nothing to plan per agent or bucket: when one tenant waits (or shares are off),
+        # the plan is the best tasks in claim order, up to the room: one set-wise statement.
+        counted = await tx.admission_room()
+        room = capacity(policy, Load(counted.active, {}, {}), limit)
+        if room == 0 or not counted.pending:
+            return [], unrouted  # a pass woken by a completion often finds nothing to admit
+        if not policy.fair_share or not counted.several_tenants:
+            params = AdmitParams(room, now, policy.aging_secs, event, paused)
+            return await tx.admit_next(params), unrouted
+    load = Load.count(await tx.active_load())
+    room = capacity(policy, load, limit)
+    if room == 0:
+        return [], unrouted
+    names = policy.used_limits()
+    stored = await tx.rate_buckets(names) if names else {}
+    tokens = {name: policy.rates[name].refill(stored.get(name), now) for name in names}
+    configured = sorted({*policy.serving, *policy.type_limits})
+    full = full_types(policy, load, tokens, configured)
+    per_tenant = min(limit, room + CANDIDATES_PER_TENANT)
+    tenants = await tx.pending_tenants(MAX_TENANTS)
+    candidates = await tx.admission_candidates(
+        CandidateQuery(now, tenants, per_tenant, full, paused)
+    )
+    pipelines = rt.pipelines
+    preemptible: dict[str, int] = {}
+    if policy.preempt_after_secs is not None and any(c.priority == 0 for c in candidates):
+        before = now - timedelta(seconds=policy.preempt_after_secs)
+        preemptible = await tx.preemptible(before, policy.preempt_min_priority)
+    chosen = plan(
+        candidates,
+        load,
+        tokens,
+        policy,
+        now,
+        limit,
+        lambda c: pipelines.route(c.kind, c),
+        preemptible,
+    )
+    written: set[UUID] = set()
+    for agent, ids in chosen.by_agent().items():
+        event = bulk_event(Action.ADMIT, now, ADMITTER, agent)
+        written.update(await tx.admit_ids(ids, now, event, agent))
+    admitted = [i for i in chosen.ids if i in written]
+    await tx.note_waiting(chosen.waiting, now + timedelta(seconds=ROUTE_RETRY_SECS))
+    if names:
+        left = chosen.refund(admitted)
+        await tx.save_rate_buckets({name: Bucket(left[name], now) for name in names})
+    return admitted, frozenset(chosen.agents.get(i) for i in admitted)

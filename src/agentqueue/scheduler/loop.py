@@ -20,6 +20,7 @@ from ..service.runtime import Runtime
 from ..store.base import CHANNEL_PENDING
 from ..supervise import Outage, Supervisor, cancel_requested
 from ..wakeups import follow, wait_event
+from .admission import HandOver
 from .leader import Leadership
 from .steps import tick
 
@@ -38,6 +39,7 @@ class Scheduler:
         holder: str,
         *,
         on_admitted: Callable[[], None] | None = None,
+        hand_over: HandOver | None = None,
         listen: bool = True,
         min_gap_secs: float = 0.05,
         periodic: Sequence[PeriodicStep] = (),
@@ -47,6 +49,8 @@ class Scheduler:
         self.wake = asyncio.Event()
         """Set it to run the steps now (a worker sets it on news of pending work)."""
         self.on_admitted = on_admitted
+        self.hand_over = hand_over
+        """Claims for the worker this scheduler runs in, inside an admission (see tick)."""
         self.listen = listen
         self.min_gap_secs = min_gap_secs
         self.periodic = list(periodic)
@@ -95,7 +99,12 @@ class Scheduler:
 
     async def _pass(self, admit_first: bool = False) -> bool:
         try:
-            report = await tick(self.rt, admit_first=admit_first, on_admitted=self.on_admitted)
+            report = await tick(
+                self.rt,
+                admit_first=admit_first,
+                on_admitted=self.on_admitted,
+                hand_over=self.hand_over,
+            )
         except StoreUnavailable as exc:
             self._pass_outage.failed(exc, "scheduler passes", self._pace())
             return False

@@ -18,7 +18,7 @@ from ..service.runtime import Runtime
 from ..service.schedules import fire_due_schedules
 from ..service.tools import time_out_tool_calls
 from ..store.base import AdmitParams
-from .admission import admit_limited
+from .admission import HandOver, admit_limited
 from .dependencies import advance_dependencies
 from .retention import purge_expired_dead_letters
 
@@ -77,15 +77,15 @@ async def promote_due_retries(rt: Runtime, limit: int = 500) -> list[Task]:
     return written
 
 
-async def admit(rt: Runtime, limit: int = 1000) -> list[UUID]:
+async def admit(rt: Runtime, limit: int = 1000, hand_over: HandOver | None = None) -> list[UUID]:
     """Admit up to ``limit`` pending tasks to queued, best first; return their ids in order.
 
-    Under caps or rate limits, admission counts and plans (scheduler.admission). Otherwise it is
-    ordering only, and ADMIT, one of the domain's set-wise actions (BULK_ACTIONS), takes one
-    statement for the batch.
+    Under caps or rate limits, admission counts and plans (scheduler.admission), and
+    ``hand_over`` claims in its transaction. Otherwise it is ordering only, and ADMIT, one of
+    the domain's set-wise actions (BULK_ACTIONS), takes one statement for the batch.
     """
     if rt.settings.admission_limited:
-        return await admit_limited(rt, limit)
+        return await admit_limited(rt, limit, hand_over)
     now = rt.clock.now()
     # The store tells workers (one notice for the batch) that work was queued.
     return await rt.store.admit(
@@ -122,13 +122,15 @@ async def tick(
     *,
     admit_first: bool = False,
     on_admitted: Callable[[], None] | None = None,
+    hand_over: HandOver | None = None,
 ) -> TickReport:
     """One pass of every step, in order; a step with nothing to do (one cheap read tells) opens
     no write transaction. ``admit_first`` (a pass woken by news of pending work) admits before
     anything else, so the new work waits for no other step; ``on_admitted`` is called as soon as
     an admission has committed (a worker's claimer, in the same process, need not wait for the
-    rest of the pass nor for the notice)."""
-    admitted = await admit(rt, ADMIT_BATCH) if admit_first else []
+    rest of the pass nor for the notice); ``hand_over`` claims for that worker inside an
+    admission under limits."""
+    admitted = await admit(rt, ADMIT_BATCH, hand_over) if admit_first else []
     if admitted and on_admitted is not None:
         on_admitted()
     if len(admitted) == ADMIT_BATCH:
@@ -141,7 +143,7 @@ async def tick(
     deps = await advance_dependencies(rt) if hints.held else None
     released = deps.released if deps else 0
     if (hints.admissible and not admit_first) or retried or released:
-        later = await admit(rt, ADMIT_BATCH)
+        later = await admit(rt, ADMIT_BATCH, hand_over)
         if later and on_admitted is not None:
             on_admitted()
         admitted += later

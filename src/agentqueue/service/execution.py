@@ -41,27 +41,51 @@ async def claim(
     are skipped, never waited for. With ``agents`` (the claimer runs these agents; empty: it
     runs none), a task routed to an agent is claimed only by that agent's executors.
     """
+    # CLAIM is one of the domain's set-wise actions (BULK_ACTIONS): the store applies it to the
+    # whole batch in one statement.
+    return await rt.store.claim(await claim_params(rt, n, worker, task_types, agents))
+
+
+async def claim_in(
+    tx: Tx,
+    rt: Runtime,
+    n: int,
+    worker: str,
+    task_types: Sequence[str] | None = None,
+    agents: Sequence[str] | None = None,
+    now: datetime | None = None,
+) -> list[Task]:
+    """:func:`claim`, inside ``tx`` (the claimed tasks are ``worker``'s once it commits), at
+    ``now`` (the transaction's time) unless given."""
+    return await tx.claim_next(await claim_params(rt, n, worker, task_types, agents, now))
+
+
+async def claim_params(
+    rt: Runtime,
+    n: int,
+    worker: str,
+    task_types: Sequence[str] | None,
+    agents: Sequence[str] | None,
+    now: datetime | None = None,
+) -> ClaimParams:
+    """What a claim of up to ``n`` tasks for ``worker`` sends the store."""
     if n < 1:
         raise InvalidInput("must be at least 1", "n")
     if not worker:
         raise InvalidInput("must name the worker", "worker")
-    now = rt.clock.now()
+    now = now or rt.clock.now()
     settings = rt.settings.queue
-    # CLAIM is one of the domain's set-wise actions (BULK_ACTIONS): the store applies it to the
-    # whole batch in one statement.
-    return await rt.store.claim(
-        ClaimParams(
-            limit=n,
-            now=now,
-            event=bulk_event(Action.CLAIM, now, worker),
-            aging_secs=settings.aging_interval_secs,
-            ttl_secs=settings.lease_ttl_secs,
-            grace_secs=settings.deadline_grace_secs,
-            task_types=task_types,
-            # Read at most once a second: a pause reaches every worker's claims within that.
-            paused=sorted(await rt.paused_types()),
-            agents=agents,
-        )
+    return ClaimParams(
+        limit=n,
+        now=now,
+        event=bulk_event(Action.CLAIM, now, worker),
+        aging_secs=settings.aging_interval_secs,
+        ttl_secs=settings.lease_ttl_secs,
+        grace_secs=settings.deadline_grace_secs,
+        task_types=task_types,
+        # Read at most once a second: a pause reaches every worker's claims within that.
+        paused=sorted(await rt.paused_types()),
+        agents=agents,
     )
 
 

@@ -489,6 +489,11 @@ class AdmissionTx(Protocol):
         """Store.admit (best ``limit`` admissible tasks, set-wise) inside this transaction."""
         ...
 
+    async def claim_next(self, params: ClaimParams) -> list[Task]:
+        """Store.claim inside this transaction: the worker whose scheduler admits claims what
+        it has room for before the admission commits (nothing is claimed if it rolls back)."""
+        ...
+
     async def admit_ids(
         self, ids: Sequence[UUID], now: datetime, event: BulkEvent, agent: str | None = None
     ) -> list[UUID]:

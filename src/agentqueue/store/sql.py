@@ -20,7 +20,6 @@ from ..domain.access import TokenRecord
 from ..domain.audit import Anchor, StoredEvent, extend_anchor
 from ..domain.deliveries import DeliveryRecord
 from ..domain.models import Event, LogRecord, Task
-from ..domain.priority import order_key
 from ..domain.schedule import Schedule
 from ..domain.states import BulkEvent, TaskState
 from .base import (
@@ -60,7 +59,6 @@ from .rows import (
     record_from_row,
     stored_event_from_row,
     task_head_from_row,
-    tasks_from_table,
 )
 from .tx import QueryOps, SQLTx
 
@@ -119,26 +117,8 @@ class SQLStore(QueryOps):
 
     async def claim(self, params: ClaimParams) -> list[Task]:
         """Pick, lock, update and record events for the batch; the rows in claim order."""
-        p = params
-        values = self._p(
-            paused=list(p.paused),
-            limit=p.limit,
-            task_types=list(p.task_types) if p.task_types is not None else None,
-            agents=list(p.agents) if p.agents is not None else None,
-            now=p.now,
-            worker=p.event.actor,
-            tail=p.event.tail,
-            data=p.event.data_text,
-        )
-        values.update(self.codec.durations(aging=p.aging_secs, ttl=p.ttl_secs, grace=p.grace_secs))
         async with self._d.write() as s:
-            names, rows = await s.fetch_table("claim", values)
-        tasks = tasks_from_table(names, rows, self.codec)
-        if not self._d.orders_in_sql:
-            tasks.sort(
-                key=lambda t: order_key(t.priority, t.eligible_at, t.seq, p.now, p.aging_secs)
-            )
-        return tasks
+            return await self._claim(s, params, self._d.orders_in_sql)
 
     async def admit(self, params: AdmitParams) -> list[UUID]:
         """Pick, lock, update, record events and notify for the batch."""

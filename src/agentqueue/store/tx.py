@@ -19,6 +19,7 @@ from .base import (
     Candidate,
     CandidateQuery,
     Change,
+    ClaimParams,
     DeliveryResult,
     IntakeSource,
     LoadRow,
@@ -49,7 +50,8 @@ from .rows import (
 
 class QueryOps:
     """What a transaction and the store share: parameters through the codec, task rows read
-    back, and ADMIT (a statement of its own, or a step of admission's transaction)."""
+    back, and CLAIM and ADMIT (each a statement of its own, or a step of admission's
+    transaction)."""
 
     codec: Codec
 
@@ -67,6 +69,26 @@ class QueryOps:
         events = dump(event_rows([e for n in new for e in n.events], self.codec))
         found = await s.fetch("insert_tasks", {"rows": rows, "events": events})
         return {self.codec.uuid(row["id"]): row["seq"] for row in found}
+
+    async def _claim(self, s: Session, p: ClaimParams, orders_in_sql: bool) -> list[Task]:
+        values = self._p(
+            paused=list(p.paused),
+            limit=p.limit,
+            task_types=list(p.task_types) if p.task_types is not None else None,
+            agents=list(p.agents) if p.agents is not None else None,
+            now=p.now,
+            worker=p.event.actor,
+            tail=p.event.tail,
+            data=p.event.data_text,
+        )
+        values.update(self.codec.durations(aging=p.aging_secs, ttl=p.ttl_secs, grace=p.grace_secs))
+        names, rows = await s.fetch_table("claim", values)
+        tasks = tasks_from_table(names, rows, self.codec)
+        if not orders_in_sql:
+            tasks.sort(
+                key=lambda t: order_key(t.priority, t.eligible_at, t.seq, p.now, p.aging_secs)
+            )
+        return tasks
 
     async def _admit(self, s: Session, p: AdmitParams, orders_in_sql: bool) -> list[UUID]:
         params = self._p(
@@ -161,6 +183,10 @@ class SQLTx(QueryOps):
     async def admit_next(self, params: AdmitParams) -> list[UUID]:
         """The store's ADMIT, inside this transaction (its notice goes at commit)."""
         return await self._admit(self._s, params, self._dialect.orders_in_sql)
+
+    async def claim_next(self, params: ClaimParams) -> list[Task]:
+        """The store's CLAIM, inside this transaction."""
+        return await self._claim(self._s, params, self._dialect.orders_in_sql)
 
     async def admit_ids(
         self, ids: Sequence[UUID], now: datetime, event: BulkEvent, agent: str | None = None

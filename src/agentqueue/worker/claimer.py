@@ -68,20 +68,21 @@ class Claimer:
         """News of queued work: every executor may claim again."""
         self._empty.clear()
 
+    def _free(self, executor: Executor) -> int:
+        """Slots ``executor`` may claim for now: its own, within the worker's, up to a batch."""
+        free_total = self.concurrency - len(self.running) - sum(self._reserved.values())
+        busy = sum(1 for r in self.running.values() if r.executor is executor)
+        return min(
+            executor.max_concurrent - busy - self._reserved[executor.name], free_total, self.batch
+        )
+
     def fill(self) -> None:
         """Start claims for executors with free slots: batches of ``batch``, at most
         ``in_flight`` at once, so the database works on one while the worker handles
         another."""
         for executor in self.executors:
             while len(self._claiming) < self.in_flight and executor.name not in self._empty:
-                reserved = sum(self._reserved.values())
-                free_total = self.concurrency - len(self.running) - reserved
-                busy = sum(1 for r in self.running.values() if r.executor is executor)
-                free = min(
-                    executor.max_concurrent - busy - self._reserved[executor.name],
-                    free_total,
-                    self.batch,
-                )
+                free = self._free(executor)
                 if free <= 0:
                     break
                 self._reserved[executor.name] += free
@@ -114,6 +115,45 @@ class Claimer:
             self._empty.add(executor.name)
             self.on_dry()  # the queue ran dry here: admit what is pending
         self.on_claimed()
+
+    async def claim_within(
+        self, claim_in: Claim, agents: frozenset[str | None]
+    ) -> Callable[[bool], None]:
+        """Claim with ``claim_in`` (inside an admission's transaction) for the free slots of
+        the executors that can run what it admitted: those of ``agents``, and the handlers when
+        it holds None (tasks routed to no agent). Their slots stay held until the returned call
+        says how the transaction ended: committed, the tasks start; else they are dropped (the
+        claims rolled back with it)."""
+        sent = time.monotonic()
+        held: list[tuple[Executor, int, list[Task]]] = []
+        try:
+            for executor in self.executors:
+                if not (executor.name in agents or (None in agents and not executor.agents)):
+                    continue
+                free = self._free(executor)
+                if free <= 0:
+                    continue
+                self._reserved[executor.name] += free
+                held.append((executor, free, []))
+                tasks = await claim_in(free, sorted(executor.task_types), sorted(executor.agents))
+                held[-1] = (executor, free, tasks)
+        except BaseException:
+            for executor, n, _ in held:
+                self._reserved[executor.name] -= n
+            raise
+
+        def end(committed: bool) -> None:
+            for executor, n, tasks in held:
+                self._reserved[executor.name] -= n
+                if committed and tasks:
+                    self.claimed += len(tasks)
+                    transitions.claimed(tasks)  # committed with the admission
+                    for task in tasks:
+                        self.start(task, executor, sent)
+            if committed and held:
+                self.on_claimed()
+
+        return end
 
     async def poll(self) -> None:
         """The safety net behind notifications: if anything is queued, look again everywhere

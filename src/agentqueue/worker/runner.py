@@ -22,6 +22,7 @@ import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -36,7 +37,9 @@ from ..scheduler.loop import Scheduler
 from ..scheduler.steps import PERIODIC_STEPS
 from ..service import threads
 from ..service.execution import Outcome, OutcomeKind
+from ..service.execution import claim_in as execution_claim_in
 from ..service.tools import take_tool_calls
+from ..store.base import Tx
 from ..supervise import Supervisor, until_reachable
 from ..tracing import installed as tracing_installed
 from ..tracing import start_attempt
@@ -264,6 +267,20 @@ class Worker:
     async def _claim(self, n: int, task_types: Sequence[str], agents: Sequence[str]) -> list[Task]:
         return await self.queue.claim(n, self.id, task_types, agents)
 
+    async def _hand_over(
+        self, tx: Tx, now: datetime, agents: frozenset[str | None]
+    ) -> Callable[[bool], None]:
+        """Claim, inside the admission this worker's scheduler is writing, what it admitted
+        that this worker has room for (see Claimer.claim_within)."""
+        if self._stopping:
+            return lambda committed: None
+        rt = await self.queue.runtime()
+
+        async def claim_in(n: int, task_types: Sequence[str], of: Sequence[str]) -> list[Task]:
+            return await execution_claim_in(tx, rt, n, self.id, task_types, of, now)
+
+        return await self.claimer.claim_within(claim_in, agents)
+
     async def _work_hints(self) -> Any:
         return await self.queue.store.work_hints(self.queue.clock.now())
 
@@ -319,6 +336,7 @@ class Worker:
                 await self.queue.runtime(),
                 self.id,
                 on_admitted=self._work_arrived,
+                hand_over=self._hand_over,
                 listen=False,
                 min_gap_secs=self.options.scheduler_min_gap_secs,
                 periodic=PERIODIC_STEPS,

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from dataclasses import replace
 from datetime import timedelta
 
 from agentqueue import ManualClock
 from agentqueue.domain.states import Action, TaskState, bulk_event
 from agentqueue.service.runtime import Runtime
 from agentqueue.store import Store
-from agentqueue.store.base import Bucket, LoadRow
+from agentqueue.store.base import Bucket, ClaimParams, LoadRow
 
 from .conftest import (
     admission_candidates,
@@ -132,6 +133,36 @@ async def test_admit_next_admits_inside_the_transaction(
         assert await admit_next(tx, 1, now, paused=["docs"]) == [high.id]
     [t] = await store.get_tasks([high.id])
     assert t.state is TaskState.QUEUED and len(await store.events(high.id)) == 2
+
+
+async def test_claim_next_claims_inside_the_transaction(
+    store: Store, rt: Runtime, clock: ManualClock
+) -> None:
+    """Tx.claim_next claims like Store.claim (claim order, limit, types) within the
+    transaction that admitted the tasks, and its writes roll back with it."""
+    low = await insert(rt, priority=3)
+    high = await insert(rt, priority=1)
+    await insert(rt, task_type="docs")
+    now = clock.now()
+    params = ClaimParams(
+        5, now, bulk_event(Action.CLAIM, now, "w1"), 600.0, 30.0, 5.0, task_types=["bugfix"]
+    )
+    try:
+        async with store.transaction() as tx:
+            await admit_next(tx, 10, now)
+            claimed = await tx.claim_next(params)
+            assert [t.id for t in claimed] == [high.id, low.id]
+            assert all(t.state is TaskState.EXECUTING and t.lock_token for t in claimed)
+            raise LookupError
+    except LookupError:
+        pass
+    assert await store.count_by_state() == {TaskState.PENDING: 3}
+    async with store.transaction() as tx:
+        await admit_next(tx, 10, now)
+        [got] = await tx.claim_next(replace(params, limit=1))
+    [t] = await store.get_tasks([high.id])
+    assert got.id == high.id and t.state is TaskState.EXECUTING and t.assigned_to == "w1"
+    assert [e.action for e in await store.events(high.id)] == ["submit", "admit", "claim"]
 
 
 async def test_active_load_groups_admitted_work_by_tenant_and_agent(
