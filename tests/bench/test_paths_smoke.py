@@ -48,6 +48,11 @@ def test_paths_and_floor_report_their_figures(bench_db: str, tmp_path: Path) -> 
         assert len(routed["passes"][f"drain_{way}"]["rounds_per_s"]) == routed["rounds"] == 1
         latency = routed["latency"][way]
         assert is_number(latency["p50_ms"]) and latency["p50_ms"] <= latency["p99_ms"]
+        # Measured to the handler's start, which follows the recorded start (taken as the
+        # claiming transaction began).
+        recorded = routed["passes"][f"latency_{way}"]
+        assert recorded["measured"] == latency["n"]
+        assert recorded["recorded_p50_ms"] <= latency["p50_ms"]
     assert is_number(routed["routed_ratio"]) and is_number(routed["capped_ratio"])
 
     agent = doc["results"]["agent"]

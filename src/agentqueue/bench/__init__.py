@@ -6,7 +6,7 @@ table, a JSON file with every figure and a chart of the drain comparison. The mo
 - ``drain``: preload N no-op tasks, one worker process drains them (agentqueue on PostgreSQL and
   SQLite, pgqueuer, procrastinate, Celery with Redis);
 - ``enqueue``: submit one at a time, and in bulk;
-- ``latency``: dispatch latency (created -> started) at a steady submission rate;
+- ``latency``: dispatch latency (created -> the handler began) at a steady submission rate;
 - ``admission``: drain and latency again with admission limits on (the scheduler admits every
   task), against the same figures with them off;
 - ``backlog``: claim latency with 1k, 100k and 1M tasks queued;

@@ -5,9 +5,9 @@ Roles (ARGS is a JSON object):
 - ``drain`` ``{url, n, concurrency, settings}``: one worker with a no-op async handler runs
   until the store shows ``n`` tasks completed; the time runs from worker start to that moment
   (the last completion recorded), measured in this process.
-- ``serve`` ``{url, concurrency, task_type, sleep_secs, wait_go, settings}``: a worker that runs
-  until SIGTERM; with ``wait_go`` it opens its connections, says ready, and starts on a ``go``
-  line.
+- ``serve`` ``{url, concurrency, task_type, sleep_secs, wait_go, settings, stamp}``: a worker
+  that runs until SIGTERM; with ``wait_go`` it opens its connections, says ready, and starts on
+  a ``go`` line; with ``stamp`` its no-op handler returns the wall-clock time it began.
 - ``enqueue`` ``{url, one, bulk, batch, warm, task_type}``: submit ``warm`` tasks untimed,
   then ``one`` one at a time, then ``bulk`` with submit_many, ``batch`` per call (default: one
   call).
@@ -79,13 +79,18 @@ def with_overrides(base: Settings, overrides: Mapping[str, Any] | None) -> Setti
 
 
 def make_queue(
-    url: str, task_type: str, sleep_secs: float = 0.0, settings: Settings | None = None
+    url: str,
+    task_type: str,
+    sleep_secs: float = 0.0,
+    settings: Settings | None = None,
+    stamp: bool = False,
 ) -> AsyncQueue:
-    """A queue with one async handler for ``task_type``: no-op, or a sleep (I/O wait)."""
+    """A queue with one async handler for ``task_type``: no-op, or a sleep (I/O wait). With
+    ``stamp`` the no-op returns when it began, ``{"began_at_us": <wall clock, microseconds>}``."""
     queue = AsyncQueue(url, actor="bench", settings=settings or Settings())
 
-    async def noop(task: Task, ctx: TaskContext) -> None:
-        return None
+    async def noop(task: Task, ctx: TaskContext) -> dict[str, int] | None:
+        return {"began_at_us": time.time_ns() // 1000} if stamp else None
 
     async def io_step(task: Task, ctx: TaskContext) -> None:
         await asyncio.sleep(sleep_secs)
@@ -167,7 +172,11 @@ async def serve(args: dict[str, Any]) -> None:
     """Run a worker until SIGTERM (after a ``go`` line on stdin when ``wait_go``)."""
     settings = with_overrides(Settings(), args.get("settings"))
     queue = make_queue(
-        args["url"], args.get("task_type", NOOP), float(args.get("sleep_secs", 0)), settings
+        args["url"],
+        args.get("task_type", NOOP),
+        float(args.get("sleep_secs", 0)),
+        settings,
+        stamp=bool(args.get("stamp")),
     )
     await queue.open()
     worker = queue.worker(concurrency=int(args["concurrency"]), grace_secs=10.0)

@@ -156,7 +156,8 @@ async def run(ctx: BenchContext) -> dict[str, Any]:
             "worker: every task waits in pending and the worker's scheduler admits it through "
             "the planner, which routes it (its type is no agent's, so it goes to the no-op "
             f"handler). Capped: {describe(LIMITS)}, no agents (the admission benchmark's pass).",
-            f"Dispatch latency: created -> started, submitting at {sizes.latency_rate:g}/s for "
+            "Dispatch latency: created -> the handler began (as the latency benchmark), "
+            f"submitting at {sizes.latency_rate:g}/s for "
             f"{sizes.latency_secs:g} s to an idle worker (concurrency {WORKER_CONCURRENCY}), "
             "the same three ways.",
         ],
