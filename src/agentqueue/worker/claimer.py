@@ -51,6 +51,10 @@ class Claimer:
     claimed: int = field(default=0, init=False)
     _reserved: dict[str, int] = field(init=False)
     _empty: set[str] = field(default_factory=set, init=False)
+    _probing: set[str] = field(init=False)
+    """Executors whose last claim came back short: one claim at a time until one comes back
+    full (a notice of one task is then one claim, not ``in_flight`` of them racing for it)."""
+    _flying: dict[str, int] = field(init=False)
     _claiming: set[asyncio.Task[None]] = field(default_factory=set, init=False)
     _outage: Outage = field(default_factory=lambda: Outage(log), init=False)
     _next_poll: float = field(default=0.0, init=False)
@@ -58,6 +62,8 @@ class Claimer:
     def __post_init__(self) -> None:
         self.executors = list(self.executors)  # a list of its own, whatever it was given
         self._reserved = {e.name: 0 for e in self.executors}
+        self._flying = {e.name: 0 for e in self.executors}
+        self._probing = {e.name for e in self.executors}  # nothing known of the queue yet
 
     @property
     def claiming(self) -> set[asyncio.Task[None]]:
@@ -79,13 +85,16 @@ class Claimer:
     def fill(self) -> None:
         """Start claims for executors with free slots: batches of ``batch``, at most
         ``in_flight`` at once, so the database works on one while the worker handles
-        another."""
+        another; one at a time for an executor whose last claim came back short."""
         for executor in self.executors:
             while len(self._claiming) < self.in_flight and executor.name not in self._empty:
+                if executor.name in self._probing and self._flying[executor.name]:
+                    break
                 free = self._free(executor)
                 if free <= 0:
                     break
                 self._reserved[executor.name] += free
+                self._flying[executor.name] += 1
                 name = f"agentqueue-claim-{executor.name}"
                 job = self.jobs.start(self._claim(executor, free), name)
                 self._claiming.add(job)
@@ -106,6 +115,7 @@ class Claimer:
             return
         finally:
             self._reserved[executor.name] -= n
+            self._flying[executor.name] -= 1
         self._outage.ok("claiming")
         self.claimed += len(tasks)
         transitions.claimed(tasks)  # committed: the claim returned
@@ -113,7 +123,10 @@ class Claimer:
             self.start(task, executor, sent)
         if len(tasks) < n:
             self._empty.add(executor.name)
+            self._probing.add(executor.name)
             self.on_dry()  # the queue ran dry here: admit what is pending
+        else:
+            self._probing.discard(executor.name)  # more may be waiting: claims in flight again
         self.on_claimed()
 
     async def claim_within(
