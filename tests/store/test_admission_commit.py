@@ -9,10 +9,14 @@ would then be acknowledged before it is on disk.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 
 import pytest
 
+from agentqueue import AsyncQueue
+from agentqueue.domain.states import Action, bulk_event
 from agentqueue.store import Store
+from agentqueue.store.base import ClaimParams
 from agentqueue.store.postgres.dialect import postgres_store
 
 pytestmark = pytest.mark.postgres
@@ -49,4 +53,26 @@ async def test_the_admission_transaction_commits_without_waiting_and_only_it(
     # The same (only) connection, after the commit: back to the server's default.
     assert await _pooled_setting(store) == "on"
     async with store.transaction() as tx:
+        assert await _setting(tx._s._conn) == "on"  # type: ignore[attr-defined]
+
+
+async def test_an_admission_that_claims_commits_durably(one_connection: Store, pg_url: str) -> None:
+    """The admitting worker's own claims start attempts as the admission commits: a
+    transaction that claimed anything waits for the disk again; one that claimed nothing
+    stays relaxed."""
+    store = one_connection
+    now = datetime.now(UTC)
+    params = ClaimParams(1, now, bulk_event(Action.CLAIM, now, "w1"), 600.0, 30.0, 5.0)
+    async with store.transaction() as tx:
+        await tx.lock_admission()
+        assert await tx.claim_next(params) == []
+        assert await _setting(tx._s._conn) == "off"  # type: ignore[attr-defined]
+    queue = AsyncQueue(pg_url)
+    try:
+        await queue.submit(title="t", task_type="bugfix")  # queued: admitted as submitted
+    finally:
+        await queue.close()
+    async with store.transaction() as tx:
+        await tx.lock_admission()
+        assert len(await tx.claim_next(params)) == 1
         assert await _setting(tx._s._conn) == "on"  # type: ignore[attr-defined]

@@ -9,6 +9,7 @@ from agentqueue.store.sqlfile import named_queries, parse_named_queries
 
 POSTGRES_ONLY = {
     "admission_lock",  # an advisory lock; SQLite's BEGIN IMMEDIATE already holds the one writer
+    "commit_durably",  # undoes what admission_lock relaxes; SQLite relaxes nothing
     "migration_lock",  # likewise, for migrations
     "notify",  # push notifications; SQLite listeners watch PRAGMA data_version
     "listen",

@@ -491,7 +491,8 @@ class AdmissionTx(Protocol):
 
     async def claim_next(self, params: ClaimParams) -> list[Task]:
         """Store.claim inside this transaction: the worker whose scheduler admits claims what
-        it has room for before the admission commits (nothing is claimed if it rolls back)."""
+        it has room for before the admission commits (nothing is claimed if it rolls back).
+        A transaction that claimed anything commits durably, as every claim does."""
         ...
 
     async def admit_ids(

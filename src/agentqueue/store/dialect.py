@@ -36,7 +36,12 @@ class Session(Protocol):
         ...
 
     async def lock_admission(self) -> None:
-        """Take the one turn to admit under limits until this transaction ends."""
+        """Take the one turn to admit under limits until this transaction ends (its commit
+        need not wait for the disk)."""
+        ...
+
+    async def commit_durably(self) -> None:
+        """Make this transaction's commit wait for the disk after all (it claimed tasks)."""
         ...
 
 

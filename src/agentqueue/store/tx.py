@@ -185,8 +185,12 @@ class SQLTx(QueryOps):
         return await self._admit(self._s, params, self._dialect.orders_in_sql)
 
     async def claim_next(self, params: ClaimParams) -> list[Task]:
-        """The store's CLAIM, inside this transaction."""
-        return await self._claim(self._s, params, self._dialect.orders_in_sql)
+        """The store's CLAIM, inside this transaction; a transaction that claimed anything
+        commits durably, whatever admission relaxed (attempts start as it commits)."""
+        tasks = await self._claim(self._s, params, self._dialect.orders_in_sql)
+        if tasks:
+            await self._s.commit_durably()
+        return tasks
 
     async def admit_ids(
         self, ids: Sequence[UUID], now: datetime, event: BulkEvent, agent: str | None = None

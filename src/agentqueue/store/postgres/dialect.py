@@ -107,6 +107,10 @@ class PostgresSession:
         """A transaction-scoped advisory lock: one admitter under limits at a time."""
         await self.execute("admission_lock")
 
+    async def commit_durably(self) -> None:
+        """synchronous_commit back on, for this transaction."""
+        await self.execute("commit_durably")
+
 
 RECONNECT_SERIES_SECS = 2.0
 """How long one series of reconnection attempts lasts before the pool lets the next caller start

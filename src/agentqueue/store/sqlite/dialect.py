@@ -204,6 +204,9 @@ class SQLiteSession:
     async def lock_admission(self) -> None:
         """Nothing more to take: BEGIN IMMEDIATE already holds the file's one write lock."""
 
+    async def commit_durably(self) -> None:
+        """Nothing to do: admissions relax nothing on SQLite."""
+
 
 class SQLiteDialect:
     """Tasks and events in one SQLite file: the embedded default."""

@@ -69,6 +69,12 @@ ORDER BY
 -- as the WAL is flushed in order.
 SELECT pg_advisory_xact_lock(418387158645), set_config('synchronous_commit', 'off', true)
 
+-- name: commit_durably
+-- Make this transaction's commit wait for the disk after all: it claimed tasks.
+-- An admission that also claims (the admitting worker's own claims) starts attempts as it
+-- commits; those must not be lost to a crash, so its commit waits like every claim's.
+SELECT set_config('synchronous_commit', 'on', true)
+
 -- name: active_load
 -- Admitted work (queued or executing) by tenant and agent.
 -- Admitted work (queued or executing), by what the caps are counted over.
