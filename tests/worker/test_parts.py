@@ -395,14 +395,9 @@ async def test_the_claimer_stops_during_an_outage_and_claims_again_when_it_ends(
     assert woken == ["scheduler", "worker"]  # came back short: the queue ran dry
 
 
-async def test_claims_go_out_one_at_a_time_until_one_comes_back_full(queue: AsyncQueue) -> None:
-    """Knowing nothing of the queue, or after a claim came back short, the claimer sends one
-    claim (a notice of one task is not four claims racing for it); once a claim comes back
-    full it keeps ``in_flight`` claims under way again."""
-    await queue.submit_many([{"title": f"t{i}", "task_type": "bugfix"} for i in range(9)])
-    await queue.admit()
-    started: list[Task] = []
-    jobs = Supervisor(log)
+def claimer_on(queue: AsyncQueue, executor: Slots, started: list[Task], **options: Any) -> Claimer:
+    """A claimer of one executor claiming from ``queue`` as worker w1; the tasks it would start
+    go to ``started``."""
 
     async def claim(n: int, types: Any, agents: Any) -> list[Task]:
         return await queue.claim(n, "w1", types, agents)
@@ -410,10 +405,21 @@ async def test_claims_go_out_one_at_a_time_until_one_comes_back_full(queue: Asyn
     async def hints() -> Any:
         return await queue.store.work_hints(queue.clock.now())
 
-    claimer = Claimer(
-        claim, hints, [Slots(max_concurrent=100)], {}, lambda task, _e, _s: started.append(task),
-        jobs, concurrency=100, batch=2, in_flight=4, on_dry=lambda: None, on_claimed=lambda: None,
+    return Claimer(
+        claim, hints, [executor], {}, lambda task, _e, _s: started.append(task), Supervisor(log),
+        **{"concurrency": 100, "on_dry": lambda: None, "on_claimed": lambda: None, **options},
     )  # fmt: skip
+
+
+async def test_claims_go_out_one_at_a_time_until_one_comes_back_full(queue: AsyncQueue) -> None:
+    """Knowing nothing of the queue, or after a claim came back short, the claimer sends one
+    claim (a notice of one task is not four claims racing for it); once a claim comes back
+    full it keeps ``in_flight`` claims under way again."""
+    await queue.submit_many([{"title": f"t{i}", "task_type": "bugfix"} for i in range(9)])
+    await queue.admit()
+    started: list[Task] = []
+    claimer = claimer_on(queue, Slots(max_concurrent=100), started, batch=2, in_flight=4)
+    jobs = claimer.jobs
     claimer.fill()
     assert len(claimer.claiming) == 1  # nothing known yet
     await jobs.wait_all(claimer.claiming)
@@ -441,20 +447,8 @@ async def test_claims_within_an_admission_start_when_it_commits_and_hold_their_s
     await queue.submit_many([{"title": f"t{i}", "task_type": "bugfix"} for i in range(3)])
     await queue.admit()
     rt = await queue.runtime()
-    executor = Slots(max_concurrent=2)
     started: list[Task] = []
-    jobs = Supervisor(log)
-
-    async def claim(n: int, types: Any, agents: Any) -> list[Task]:
-        return await queue.claim(n, "w1", types, agents)
-
-    async def hints() -> Any:
-        return await queue.store.work_hints(queue.clock.now())
-
-    claimer = Claimer(
-        claim, hints, [executor], {}, lambda task, _e, _s: started.append(task), jobs,
-        concurrency=5, batch=10, in_flight=1, on_dry=lambda: None, on_claimed=lambda: None,
-    )  # fmt: skip
+    claimer = claimer_on(queue, Slots(max_concurrent=2), started, batch=10, in_flight=1)
 
     async def within(agents: frozenset[str | None], commit: bool) -> None:
         try:

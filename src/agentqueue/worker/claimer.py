@@ -117,10 +117,7 @@ class Claimer:
             self._reserved[executor.name] -= n
             self._flying[executor.name] -= 1
         self._outage.ok("claiming")
-        self.claimed += len(tasks)
-        transitions.claimed(tasks)  # committed: the claim returned
-        for task in tasks:
-            self.start(task, executor, sent)
+        self._begin(executor, tasks, sent)  # committed: the claim returned
         if len(tasks) < n:
             self._empty.add(executor.name)
             self._probing.add(executor.name)
@@ -128,6 +125,13 @@ class Claimer:
         else:
             self._probing.discard(executor.name)  # more may be waiting: claims in flight again
         self.on_claimed()
+
+    def _begin(self, executor: Executor, tasks: list[Task], sent: float) -> None:
+        """Start the committed claims of ``executor`` (sent at ``sent``)."""
+        self.claimed += len(tasks)
+        transitions.claimed(tasks)
+        for task in tasks:
+            self.start(task, executor, sent)
 
     async def claim_within(
         self, claim_in: Claim, agents: frozenset[str | None]
@@ -158,11 +162,8 @@ class Claimer:
         def end(committed: bool) -> None:
             for executor, n, tasks in held:
                 self._reserved[executor.name] -= n
-                if committed and tasks:
-                    self.claimed += len(tasks)
-                    transitions.claimed(tasks)  # committed with the admission
-                    for task in tasks:
-                        self.start(task, executor, sent)
+                if committed:
+                    self._begin(executor, tasks, sent)  # committed with the admission
             if committed and held:
                 self.on_claimed()
 
