@@ -7,10 +7,13 @@ Each variant is ``LABEL=SRC`` where SRC is a directory holding the ``agentqueue`
 example a ``git archive`` of a commit, unpacked; ``.`` is this checkout's ``src``). The
 preload (migrations included) and the worker both run with that tree first on PYTHONPATH, so
 each variant gets its own schema and code. ``LABEL=SRC+SQL`` also runs the file SQL after the
-preload (before ANALYZE), for trying a schema change without a migration::
+preload (before ANALYZE), for trying a schema change without a migration; ``LABEL=SRC@TOML``
+runs the preload and the worker with that configuration file (``AGENTQUEUE_CONFIG``), for
+comparing the drain under admission limits or with agents configured against the default::
 
     .venv/bin/python benchmarks/drain_ab.py --n 20000 --rounds 3 \\
         --variant A=/tmp/base/src --variant B=src
+    .venv/bin/python benchmarks/drain_ab.py --variant off=src --variant capped=src@capped.toml
 
 Prints one line per run (the rate from the worker's start to the last completion, the headline
 of the drain benchmark, and from the first claim to the last completion; the CPU time per task
@@ -88,16 +91,21 @@ def _cpu_secs(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _env(src: str) -> dict[str, str]:
+def _env(src: str, config: str | None) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(Path(src).resolve())
+    env.pop("AGENTQUEUE_CONFIG", None)
+    if config:
+        env["AGENTQUEUE_CONFIG"] = str(Path(config).resolve())
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     return env
 
 
-def run_one(label: str, src: str, extra_sql: str | None, url: str, n: int) -> dict[str, object]:
+def run_one(
+    label: str, src: str, extra_sql: str | None, config: str | None, url: str, n: int
+) -> dict[str, object]:
     """Prepare, start the worker, wait for all ``n`` completed, stop it; the clocks."""
-    env = _env(src)
+    env = _env(src, config)
     prep = [sys.executable, str(HERE), "--prepare", url, "--n", str(n)]
     if extra_sql:
         prep += ["--extra-sql", extra_sql]
@@ -152,7 +160,7 @@ def _reap(proc: subprocess.Popen[bytes]) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--variant", action="append", default=[], help="LABEL=SRC[+SQL]")
+    parser.add_argument("--variant", action="append", default=[], help="LABEL=SRC[+SQL][@TOML]")
     parser.add_argument("--n", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--pg", default="postgresql://postgres@127.0.0.1:5432/aq_drain_ab")
@@ -166,15 +174,16 @@ def main() -> None:
     variants = []
     for spec in args.variant:
         label, _, rest = spec.partition("=")
+        rest, _, config = rest.partition("@")
         src, _, sql = rest.partition("+")
-        variants.append((label, src, sql or None))
+        variants.append((label, src, sql or None, config or None))
     if len(variants) < 2:
         parser.error("give at least two --variant")
     results: dict[str, list[dict[str, object]]] = {v[0]: [] for v in variants}
     print(f"N={args.n:,}, {args.rounds} rounds, PostgreSQL {args.pg}")
     for r in range(args.rounds):
-        for label, src, sql in variants:
-            res = run_one(label, src, sql, args.pg, args.n)
+        for label, src, sql, config in variants:
+            res = run_one(label, src, sql, config, args.pg, args.n)
             results[label].append(res)
             per_s = res.get("per_s")
             c2d = res.get("claim_to_done_per_s")
