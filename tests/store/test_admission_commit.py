@@ -10,13 +10,16 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
 from agentqueue import AsyncQueue
+from agentqueue.config import Settings
 from agentqueue.domain.states import Action, bulk_event
+from agentqueue.scheduler.admission import admit_limited
 from agentqueue.store import Store
-from agentqueue.store.base import ClaimParams
+from agentqueue.store.base import ClaimParams, Tx
 from agentqueue.store.postgres.dialect import postgres_store
 
 pytestmark = pytest.mark.postgres
@@ -76,3 +79,73 @@ async def test_an_admission_that_claims_commits_durably(one_connection: Store, p
         await tx.lock_admission()
         assert len(await tx.claim_next(params)) == 1
         assert await _setting(tx._s._conn) == "on"  # type: ignore[attr-defined]
+
+
+async def test_an_admission_that_may_claim_is_not_relaxed_and_takes_no_statement_more(
+    one_connection: Store, pg_url: str
+) -> None:
+    """Not relaxed, the lock leaves the session's setting alone, and a claim in it needs no
+    statement to restore it (each statement is a round trip on the dispatch path)."""
+    store = one_connection
+    queue = AsyncQueue(pg_url)
+    try:
+        await queue.submit(title="t", task_type="bugfix")  # queued: admitted as submitted
+    finally:
+        await queue.close()
+    now = datetime.now(UTC)
+    params = ClaimParams(1, now, bulk_event(Action.CLAIM, now, "w1"), 600.0, 30.0, 5.0)
+    async with store.transaction() as tx:
+        await tx.lock_admission(relaxed=False)
+        assert await _setting(tx._s._conn) == "on"  # type: ignore[attr-defined]
+        sent: list[str] = []
+        execute = tx._s.execute  # type: ignore[attr-defined]
+
+        async def counting(query: str, params: object = None) -> int:
+            sent.append(query)
+            return int(await execute(query, params))
+
+        tx._s.execute = counting  # type: ignore[attr-defined]
+        assert len(await tx.claim_next(params)) == 1
+        assert "commit_durably" not in sent
+        assert await _setting(tx._s._conn) == "on"  # type: ignore[attr-defined]
+
+
+async def test_the_scheduler_of_a_worker_admits_durably_and_a_lone_scheduler_relaxed(
+    pg_url: str,
+) -> None:
+    """admit_limited with a hand-over (a worker's scheduler, whose claims start attempts as the
+    admission commits) does not relax the commit; without one (a scheduler of its own) it
+    does."""
+    queue = AsyncQueue(pg_url, settings=Settings(admission={"max_active": 10}))
+    seen: list[str] = []
+
+    async def hand_over(tx: Tx, now: datetime, agents: frozenset[str | None]) -> Any:
+        seen.append(await _setting(tx._s._conn))  # type: ignore[attr-defined]
+        return lambda committed: None
+
+    try:
+        await queue.submit_many([{"title": f"t{i}", "task_type": "docs"} for i in range(3)])
+        rt = await queue.runtime()
+        assert len(await admit_limited(rt, 1, hand_over)) == 1
+        assert seen == ["on"]
+        original = rt.store.transaction
+
+        def watched() -> Any:
+            context = original()
+
+            class Watch:
+                async def __aenter__(self) -> Tx:
+                    self.tx = await context.__aenter__()
+                    return self.tx
+
+                async def __aexit__(self, *exc: Any) -> Any:
+                    seen.append(await _setting(self.tx._s._conn))  # type: ignore[attr-defined]
+                    return await context.__aexit__(*exc)
+
+            return Watch()
+
+        rt.store.transaction = watched  # type: ignore[method-assign]
+        assert len(await admit_limited(rt, 1)) == 1
+        assert seen == ["on", "off"]
+    finally:
+        await queue.close()

@@ -313,7 +313,9 @@ async def admit_limited(rt: Runtime, limit: int, hand_over: HandOver | None = No
     committed = False
     try:
         async with rt.store.transaction() as tx:
-            admitted, agents = await _admit_in(tx, rt, policy, now, limit, paused)
+            # An admission that may claim commits as claims do, waiting for the disk.
+            relaxed = hand_over is None
+            admitted, agents = await _admit_in(tx, rt, policy, now, limit, paused, relaxed)
             if admitted and hand_over is not None:
                 after = await hand_over(tx, now, agents)
         committed = True
@@ -324,13 +326,19 @@ async def admit_limited(rt: Runtime, limit: int, hand_over: HandOver | None = No
 
 
 async def _admit_in(
-    tx: Tx, rt: Runtime, policy: AdmissionPolicy, now: datetime, limit: int, paused: list[str]
+    tx: Tx,
+    rt: Runtime,
+    policy: AdmissionPolicy,
+    now: datetime,
+    limit: int,
+    paused: list[str],
+    relaxed: bool = True,
 ) -> tuple[list[UUID], frozenset[str | None]]:
     """The admission of :func:`admit_limited`, inside its transaction: the ids admitted, and
-    the agents they went to (None: no agent)."""
+    the agents they went to (None: no agent). ``relaxed``: its commit need not wait."""
     unrouted: frozenset[str | None] = frozenset({None})
     event = bulk_event(Action.ADMIT, now, ADMITTER)  # the fast path routes nothing
-    await tx.lock_admission()
+    await tx.lock_admission(relaxed)
     if policy.only_global_cap:
         # Nothing to plan per agent or bucket: when one tenant waits (or shares are off),
         # the plan is the best tasks in claim order, up to the room: one set-wise statement.
@@ -352,6 +360,8 @@ async def _admit_in(
     full = full_types(policy, load, tokens, configured)
     per_tenant = min(limit, room + CANDIDATES_PER_TENANT)
     tenants = await tx.pending_tenants(MAX_TENANTS)
+    if not tenants:
+        return [], unrouted  # a pass woken by a completion often finds nothing to admit
     candidates = await tx.admission_candidates(
         CandidateQuery(now, tenants, per_tenant, full, paused)
     )

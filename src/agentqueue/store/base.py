@@ -469,10 +469,11 @@ class DependencyTx(Protocol):
 class AdmissionTx(Protocol):
     """Admission under limits (R12): serialised, counted, and set-wise once decided."""
 
-    async def lock_admission(self) -> None:
+    async def lock_admission(self, relaxed: bool = True) -> None:
         """Wait until no other transaction is admitting under limits, then hold that turn.
-        The transaction's commit need not wait for the disk: an admission a crash loses
-        leaves its tasks pending, and the next commit that waits makes it durable."""
+        ``relaxed``, the transaction's commit need not wait for the disk (an admission a crash
+        loses leaves its tasks pending, and the next commit that waits makes it durable);
+        an admission that may claim is not relaxed."""
         ...
 
     async def admission_room(self) -> Room:

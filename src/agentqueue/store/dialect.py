@@ -35,9 +35,9 @@ class Session(Protocol):
         """Run ``query`` for its effect; return how many rows it touched."""
         ...
 
-    async def lock_admission(self) -> None:
-        """Take the one turn to admit under limits until this transaction ends (its commit
-        need not wait for the disk)."""
+    async def lock_admission(self, relaxed: bool) -> None:
+        """Take the one turn to admit under limits until this transaction ends; ``relaxed``,
+        its commit need not wait for the disk."""
         ...
 
     async def commit_durably(self) -> None:

@@ -118,6 +118,8 @@ class SQLTx(QueryOps):
         self._s = session
         self._dialect = dialect
         self.codec = dialect.codec
+        self._relaxed = False
+        """The admission lock relaxed this transaction's commit."""
 
     async def lock(self, ids: Sequence[UUID], tenant: str | None = None) -> list[Task]:
         """The tasks with these ids, locked."""
@@ -165,9 +167,10 @@ class SQLTx(QueryOps):
 
     # --- admission ------------------------------------------------------------------------
 
-    async def lock_admission(self) -> None:
-        """One admitter under limits at a time."""
-        await self._s.lock_admission()
+    async def lock_admission(self, relaxed: bool = True) -> None:
+        """One admitter under limits at a time; ``relaxed``, its commit need not wait."""
+        self._relaxed = relaxed
+        await self._s.lock_admission(relaxed)
 
     async def admission_room(self) -> Room:
         """Queued plus executing tasks, and whether one or several tenants have pending
@@ -186,10 +189,11 @@ class SQLTx(QueryOps):
 
     async def claim_next(self, params: ClaimParams) -> list[Task]:
         """The store's CLAIM, inside this transaction; a transaction that claimed anything
-        commits durably, whatever admission relaxed (attempts start as it commits)."""
+        commits durably, even if its admission was relaxed (attempts start as it commits)."""
         tasks = await self._claim(self._s, params, self._dialect.orders_in_sql)
-        if tasks:
+        if tasks and self._relaxed:
             await self._s.commit_durably()
+            self._relaxed = False
         return tasks
 
     async def admit_ids(

@@ -103,9 +103,10 @@ class PostgresSession:
         except psycopg.Error as exc:
             raise from_postgres(exc) from exc
 
-    async def lock_admission(self) -> None:
-        """A transaction-scoped advisory lock: one admitter under limits at a time."""
-        await self.execute("admission_lock")
+    async def lock_admission(self, relaxed: bool) -> None:
+        """A transaction-scoped advisory lock: one admitter under limits at a time; relaxed,
+        the transaction's commit does not wait for the disk."""
+        await self.execute("admission_lock", {"relaxed": relaxed})
 
     async def commit_durably(self) -> None:
         """synchronous_commit back on, for this transaction."""

@@ -201,7 +201,7 @@ class SQLiteSession:
         """Rows touched by ``query``."""
         return await self._conn.run(lambda c: c.execute(Q[query], params or {}).rowcount)
 
-    async def lock_admission(self) -> None:
+    async def lock_admission(self, relaxed: bool) -> None:
         """Nothing more to take: BEGIN IMMEDIATE already holds the file's one write lock."""
 
     async def commit_durably(self) -> None:

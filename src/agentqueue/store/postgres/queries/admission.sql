@@ -60,19 +60,22 @@ ORDER BY
     eligible_at, seq
 
 -- name: admission_lock
--- Take the one turn to admit under limits, until commit; that commit does not wait for the disk.
--- Admissions under caps are counted, so they are taken one at a time. The transaction's commit
--- does not wait for its WAL to reach the disk (synchronous_commit off, for this transaction
--- only: set_config's third argument): an admission a server crash loses leaves its tasks
--- pending, to be admitted again, with their events and rate tokens (one transaction), and any
--- later commit that waits (the claim of what was admitted, among others) makes it durable too,
--- as the WAL is flushed in order.
-SELECT pg_advisory_xact_lock(418387158645), set_config('synchronous_commit', 'off', true)
+-- Take the one turn to admit under limits, until commit; relaxed, that commit does not wait.
+-- Admissions under caps are counted, so they are taken one at a time. A relaxed admission's
+-- commit does not wait for its WAL to reach the disk (synchronous_commit off, for this
+-- transaction only: set_config's third argument): an admission a server crash loses leaves its
+-- tasks pending, to be admitted again, with their events and rate tokens (one transaction), and
+-- any later commit that waits (the claim of what was admitted, among others) makes it durable
+-- too, as the WAL is flushed in order. An admission that may claim (a worker's own scheduler
+-- hands over to its claimer) is not relaxed: its claims start attempts as it commits, so its
+-- commit waits as every claim's does, under the server's own setting, with no statement more.
+SELECT pg_advisory_xact_lock(418387158645),
+    CASE WHEN %(relaxed)s THEN set_config('synchronous_commit', 'off', true) END
 
 -- name: commit_durably
 -- Make this transaction's commit wait for the disk after all: it claimed tasks.
--- An admission that also claims (the admitting worker's own claims) starts attempts as it
--- commits; those must not be lost to a crash, so its commit waits like every claim's.
+-- A relaxed admission that claims after all starts attempts as it commits; those must not be
+-- lost to a crash, so its commit waits like every claim's.
 SELECT set_config('synchronous_commit', 'on', true)
 
 -- name: active_load
