@@ -167,6 +167,7 @@ def _run_worker(
             loop.add_signal_handler(sig, on_signal)
         if until_idle:
             worker.jobs.start(_stop_when_idle(queue, worker), "agentqueue-until-idle")
+        worker.jobs.start(_freeze_once_started(worker), "agentqueue-freeze")
         try:
             await worker.run()
         finally:
@@ -175,6 +176,14 @@ def _run_worker(
             if server is not None:
                 server.should_exit = True
                 await serving
+
+    async def _freeze_once_started(worker: Any) -> None:
+        from ..heap import freeze_startup_heap
+
+        # Built by now: the store, the executors, the scheduler. What the worker allocates
+        # from here on (claimed rows, attempts) comes and goes.
+        await worker.started.wait()
+        WORKER_LOG.debug("startup heap frozen: %d objects", freeze_startup_heap())
 
     async def _stop_when_idle(queue: AsyncQueue, worker: Any) -> None:
         await worker.started.wait()
@@ -346,7 +355,8 @@ def api_cmd(ctx: click.Context, host: str | None, port: int | None, workers: int
     import asyncio
     import signal
 
-    from ..api.server import api_loop_factory, api_server, freeze_startup_heap, listen
+    from ..api.server import api_loop_factory, api_server, listen
+    from ..heap import freeze_startup_heap
     from ..supervise import until_reachable
 
     log_format, log_level = _log_to_stderr(ctx)

@@ -1,0 +1,18 @@
+"""A handler that reports the cyclic collector's frozen generation of the process it runs in
+(``worker --app heap_app:queue``; see test_worker_heap.py)."""
+
+from __future__ import annotations
+
+import gc
+import os
+from typing import Any
+
+from agentqueue import AsyncQueue, Task, TaskContext
+
+queue = AsyncQueue(os.environ.get("AGENTQUEUE_DB"))
+
+
+@queue.handler("heap")
+async def heap(task: Task, ctx: TaskContext) -> Any:
+    """How many objects the process has frozen out of the collector's reach."""
+    return {"frozen": gc.get_freeze_count()}

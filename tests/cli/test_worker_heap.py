@@ -1,0 +1,63 @@
+"""A worker process started by the CLI puts its startup heap out of the cyclic collector's
+reach once it has started (agentqueue.heap: a tenth of a draining worker's samples were the
+collector walking the modules, settings and executors again); a worker run by the library, in
+someone else's process, leaves that process's collector as it was."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from agentqueue import AsyncQueue, TaskState
+
+AGENTQUEUE = str(Path(sys.executable).with_name("agentqueue"))
+HERE = Path(__file__).parent
+
+
+async def test_a_worker_process_runs_its_tasks_with_the_startup_heap_frozen(
+    tmp_path: Path,
+) -> None:
+    db_url = f"sqlite:///{tmp_path / 'heap.db'}"
+    async with AsyncQueue(db_url) as queue:
+        task = (await queue.submit({"title": "heap", "task_type": "heap"})).task
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTQUEUE_")}
+    env.update(AGENTQUEUE_DB=db_url, PYTHONPATH=str(HERE))
+    args = [AGENTQUEUE, "worker", "--app", "heap_app:queue", "--until-idle"]
+    done = await asyncio.to_thread(
+        subprocess.run, args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    async with AsyncQueue(db_url) as queue:
+        ran = await queue.get(task.id)
+    assert ran.state is TaskState.COMPLETED, ran.error
+    # The modules alone are thousands of objects; an unfrozen process reports 0.
+    assert ran.result["frozen"] > 1000
+
+
+async def test_a_worker_run_in_process_leaves_the_collector_alone(tmp_path: Path) -> None:
+    before = gc.get_freeze_count()
+    async with AsyncQueue(f"sqlite:///{tmp_path / 'heap.db'}") as queue:
+
+        @queue.handler("heap")
+        async def heap(task: object, ctx: object) -> dict[str, int]:
+            return {"frozen": gc.get_freeze_count()}
+
+        task = (await queue.submit({"title": "heap", "task_type": "heap"})).task
+        worker = queue.worker(concurrency=2)
+        running = asyncio.create_task(worker.run())
+        try:
+            for _ in range(300):
+                if (await queue.get(task.id)).state.terminal:
+                    break
+                await asyncio.sleep(0.05)
+        finally:
+            worker.stop()
+            await running
+        ran = await queue.get(task.id)
+    assert ran.state is TaskState.COMPLETED, ran.error
+    assert ran.result == {"frozen": before}
+    assert gc.get_freeze_count() == before
