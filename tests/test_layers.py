@@ -17,6 +17,7 @@ LAYERS: dict[str, int] = {
     "domain": 0,
     "clock": 1,
     "lazy": 0,
+    "heap": 0,
     "ids": 1,
     "spec": 1,
     "config": 1,
