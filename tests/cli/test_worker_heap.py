@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from agentqueue import AsyncQueue, TaskState
+from worker_run import run_until_ended
 
 AGENTQUEUE = str(Path(sys.executable).with_name("agentqueue"))
 HERE = Path(__file__).parent
@@ -47,16 +48,7 @@ async def test_a_worker_run_in_process_leaves_the_collector_alone(tmp_path: Path
             return {"frozen": gc.get_freeze_count()}
 
         task = (await queue.submit({"title": "heap", "task_type": "heap"})).task
-        worker = queue.worker(concurrency=2)
-        running = asyncio.create_task(worker.run())
-        try:
-            for _ in range(300):
-                if (await queue.get(task.id)).state.terminal:
-                    break
-                await asyncio.sleep(0.05)
-        finally:
-            worker.stop()
-            await running
+        await run_until_ended(queue, [task.id], concurrency=2)
         ran = await queue.get(task.id)
     assert ran.state is TaskState.COMPLETED, ran.error
     assert ran.result == {"frozen": before}

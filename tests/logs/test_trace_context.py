@@ -4,7 +4,6 @@ as TRACEPARENT. Spans are read from the SDK's in-memory exporter; both backends.
 
 from __future__ import annotations
 
-import asyncio
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -18,6 +17,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from agentqueue import AsyncQueue, InvalidInput, TaskState
+from worker_run import run_until_ended
 
 AGENT = Path(__file__).with_name("trace_agent.py")
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -101,17 +101,8 @@ async def test_attempt_spans_are_children_of_the_submitted_context(
         assert inherited.traceparent == _traceparent(caller_ctx)
         assert (await queue.get(handled.id)).traceparent == SUBMITTED  # stored, read back
 
-        worker = queue.worker(concurrency=4, run_scheduler=True)
-        running = asyncio.create_task(worker.run())
-        try:
-            for _ in range(300):
-                states = [(await queue.get(t.id)).state for t in (handled, by_agent, inherited)]
-                if all(s.terminal for s in states):
-                    break
-                await asyncio.sleep(0.1)
-        finally:
-            worker.stop()
-            await running
+        ids = [t.id for t in (handled, by_agent, inherited)]
+        await run_until_ended(queue, ids, concurrency=4, run_scheduler=True)
         agent_task = await queue.get(by_agent.id)
         assert [(await queue.get(t.id)).state for t in (handled, inherited)] == [
             TaskState.COMPLETED, TaskState.COMPLETED,
@@ -221,16 +212,7 @@ async def test_spans_are_off_with_logging_opentelemetry_false(
 
     try:
         task = (await queue.submit(_task("quiet"))).task
-        worker = queue.worker(concurrency=1)
-        running = asyncio.create_task(worker.run())
-        try:
-            for _ in range(300):
-                if (await queue.get(task.id)).state.terminal:
-                    break
-                await asyncio.sleep(0.05)
-        finally:
-            worker.stop()
-            await running
+        await run_until_ended(queue, [task.id], concurrency=1)
     finally:
         await queue.close()
     assert told == [SUBMITTED]  # the task's own context, handed on as submitted

@@ -21,6 +21,7 @@ from agentqueue.scheduler.admission import admit_limited
 from agentqueue.store import Store
 from agentqueue.store.base import ClaimParams, Tx
 from agentqueue.store.postgres.dialect import postgres_store
+from agentqueue.store.tx import SQLTx
 
 pytestmark = pytest.mark.postgres
 
@@ -111,41 +112,29 @@ async def test_an_admission_that_may_claim_is_not_relaxed_and_takes_no_statement
 
 
 async def test_the_scheduler_of_a_worker_admits_durably_and_a_lone_scheduler_relaxed(
-    pg_url: str,
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """admit_limited with a hand-over (a worker's scheduler, whose claims start attempts as the
     admission commits) does not relax the commit; without one (a scheduler of its own) it
-    does."""
-    queue = AsyncQueue(pg_url, settings=Settings(admission={"max_active": 10}))
+    does. The setting is read in each admission's transaction, right after its lock."""
     seen: list[str] = []
+    locked = SQLTx.lock_admission
+
+    async def lock_and_look(self: SQLTx, relaxed: bool = True) -> None:
+        await locked(self, relaxed)
+        seen.append(await _setting(self._s._conn))  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(SQLTx, "lock_admission", lock_and_look)
 
     async def hand_over(tx: Tx, now: datetime, agents: frozenset[str | None]) -> Any:
-        seen.append(await _setting(tx._s._conn))  # type: ignore[attr-defined]
         return lambda committed: None
 
+    queue = AsyncQueue(pg_url, settings=Settings(admission={"max_active": 10}))
     try:
         await queue.submit_many([{"title": f"t{i}", "task_type": "docs"} for i in range(3)])
         rt = await queue.runtime()
         assert len(await admit_limited(rt, 1, hand_over)) == 1
-        assert seen == ["on"]
-        original = rt.store.transaction
-
-        def watched() -> Any:
-            context = original()
-
-            class Watch:
-                async def __aenter__(self) -> Tx:
-                    self.tx = await context.__aenter__()
-                    return self.tx
-
-                async def __aexit__(self, *exc: Any) -> Any:
-                    seen.append(await _setting(self.tx._s._conn))  # type: ignore[attr-defined]
-                    return await context.__aexit__(*exc)
-
-            return Watch()
-
-        rt.store.transaction = watched  # type: ignore[method-assign]
         assert len(await admit_limited(rt, 1)) == 1
-        assert seen == ["on", "off"]
     finally:
         await queue.close()
+    assert seen == ["on", "off"]

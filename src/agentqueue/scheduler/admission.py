@@ -332,7 +332,7 @@ async def _admit_in(
     now: datetime,
     limit: int,
     paused: list[str],
-    relaxed: bool = True,
+    relaxed: bool,
 ) -> tuple[list[UUID], frozenset[str | None]]:
     """The admission of :func:`admit_limited`, inside its transaction: the ids admitted, and
     the agents they went to (None: no agent). ``relaxed``: its commit need not wait."""

@@ -5,9 +5,10 @@ Every value set explicitly (``--concurrency``, ``[worker] concurrency``, ``[queu
 ``[worker] claims_in_flight``, ``[worker] flushes_in_flight``) wins; each value left unset is
 derived here, from the slots and the backend:
 
-- **concurrency**: the slots of each kind of executor the worker runs, added up (see
-  :func:`slots`): its handlers ``500`` when all are async (a waiting coroutine costs a few
-  kilobytes, so a no-op handler can fill hundreds of slots), ``10`` when one runs in a thread
+- **concurrency**: the slots of each kind of executor the worker runs, added up (the
+  ``slots`` :func:`tune` is given): its handlers' (:func:`slots_for_handlers`) ``500`` when
+  all are async (a waiting coroutine costs a few kilobytes, so a no-op handler can fill
+  hundreds of slots), ``10`` when one runs in a thread
   (a slot holds a thread); each command agent its own ``max_concurrent`` (a slot holds a
   process, and the agent never runs more at once). The handlers then keep their share: the
   agents' slots are never taken by handler tasks.
