@@ -52,11 +52,12 @@ async def test_the_admission_transaction_commits_without_waiting_and_only_it(
     assert await _pooled_setting(store) == "on"
     async with store.transaction() as tx:
         await tx.lock_admission()
+        await tx.admission_room()  # the lock goes with the transaction's first statement
         assert await _setting(tx._s._conn) == "off"  # type: ignore[attr-defined]
-        await tx.admission_room()
     # The same (only) connection, after the commit: back to the server's default.
     assert await _pooled_setting(store) == "on"
     async with store.transaction() as tx:
+        await tx.admission_room()
         assert await _setting(tx._s._conn) == "on"  # type: ignore[attr-defined]
 
 
@@ -97,6 +98,7 @@ async def test_an_admission_that_may_claim_is_not_relaxed_and_takes_no_statement
     params = ClaimParams(1, now, bulk_event(Action.CLAIM, now, "w1"), 600.0, 30.0, 5.0)
     async with store.transaction() as tx:
         await tx.lock_admission(relaxed=False)
+        await tx.admission_room()
         assert await _setting(tx._s._conn) == "on"  # type: ignore[attr-defined]
         sent: list[str] = []
         execute = tx._s.execute  # type: ignore[attr-defined]
@@ -122,6 +124,7 @@ async def test_the_scheduler_of_a_worker_admits_durably_and_a_lone_scheduler_rel
 
     async def lock_and_look(self: SQLTx, relaxed: bool = True) -> None:
         await locked(self, relaxed)
+        await self.admission_room()  # the lock goes with the transaction's first statement
         seen.append(await _setting(self._s._conn))  # type: ignore[attr-defined]
 
     monkeypatch.setattr(SQLTx, "lock_admission", lock_and_look)

@@ -17,6 +17,11 @@ POSTGRES_ONLY = {
     # one writer at a time, never open while another reads
     "event_writers",
     "event_writers_left",
+    # A transaction's BEGIN, sent with its first statement, and its end; SQLite's writer begins
+    # with BEGIN IMMEDIATE in its dialect
+    "begin",
+    "commit",
+    "rollback",
 }
 SQLITE_ONLY = {
     # Events (and a purged task's output) written in a statement of their own after the write

@@ -406,12 +406,13 @@ class AdmitParams:
 @dataclass(frozen=True)
 class CandidateQuery:
     """What ``Tx.admission_candidates`` reads: up to ``per_tenant`` admissible pending tasks of
-    each priority level of each of ``tenants`` at ``now``; tasks of ``paused`` types left out,
-    and those of ``skip_types`` (every agent serving them full) unless they name an assignee or
-    are P0 (which may preempt)."""
+    each priority level of each of the first ``max_tenants`` tenants (by name) that have
+    pending tasks, at ``now``; tasks of ``paused`` types left out, and those of ``skip_types``
+    (every agent serving them full) unless they name an assignee or are P0 (which may
+    preempt)."""
 
     now: datetime
-    tenants: Sequence[str]
+    max_tenants: int
     per_tenant: int
     skip_types: Sequence[str] = ()
     paused: Sequence[str] = ()
@@ -470,20 +471,17 @@ class AdmissionTx(Protocol):
     """Admission under limits (R12): serialised, counted, and set-wise once decided."""
 
     async def lock_admission(self, relaxed: bool = True) -> None:
-        """Wait until no other transaction is admitting under limits, then hold that turn.
-        ``relaxed``, the transaction's commit need not wait for the disk (an admission a crash
-        loses leaves its tasks pending, and the next commit that waits makes it durable);
-        an admission that may claim is not relaxed."""
+        """Hold the turn to admit under limits until this transaction ends: the transaction's
+        next statement runs only once no other transaction is admitting (a dialect may send the
+        lock with that statement). ``relaxed``, the transaction's commit need not wait for the
+        disk (an admission a crash loses leaves its tasks pending, and the next commit that
+        waits makes it durable); an admission that may claim is not relaxed."""
         ...
 
     async def admission_room(self) -> Room:
         """How many tasks are admitted (queued or executing), whether any task is pending
         and whether more than one tenant has: what admission under a global cap alone reads,
         in one statement."""
-        ...
-
-    async def pending_tenants(self, limit: int) -> list[str]:
-        """Up to ``limit`` tenants that have pending tasks."""
         ...
 
     async def admit_next(self, params: AdmitParams) -> list[UUID]:

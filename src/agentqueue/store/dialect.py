@@ -36,8 +36,9 @@ class Session(Protocol):
         ...
 
     async def lock_admission(self, relaxed: bool) -> None:
-        """Take the one turn to admit under limits until this transaction ends; ``relaxed``,
-        its commit need not wait for the disk."""
+        """Take the one turn to admit under limits until this transaction ends, at the latest
+        before the transaction's next statement runs; ``relaxed``, its commit need not wait for
+        the disk."""
         ...
 
     async def commit_durably(self) -> None:

@@ -4,6 +4,7 @@ cursors. Only what differs from SQLite is here; the operations are in ``store/sq
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -43,7 +44,8 @@ PREPARED = frozenset(
         "lock_tasks", "lock_lapsed", "lock_due_retries", "lock_tool_timeouts", "lock_tool_work",
         "lock_dependents_ready", "lock_expired_dead_letters", "find_by_idempotency",
         "find_live_by_source", "get_tasks", "list_tasks", "work_hints", "queued_p0",
-        "active_load", "admission_candidates", "preemptible", "admission_room", "pending_tenants",
+        "active_load", "admission_candidates", "preemptible", "admission_room",
+        "admission_lock",
         "list_schedules", "delete_schedule", "due_schedules", "advance_schedule",
         # every API request authenticates (cached for a few seconds per process)
         "token_by_prefix",
@@ -70,15 +72,40 @@ ADAPTERS.register_loader("jsonb", JsonLoader)
 
 
 class PostgresSession:
-    """Named queries on one connection; driver errors leave it classified."""
+    """Named queries on one connection; driver errors leave it classified.
 
-    def __init__(self, conn: Connection) -> None:
+    Statements whose answer nothing waits for (a transaction's BEGIN, the admission lock) are
+    held back and sent ahead of the next statement, in one pipeline: a round trip each saved.
+    The server still runs them in order, each statement with its own snapshot, so a count
+    read after the admission lock sees every admission committed before the lock was taken."""
+
+    def __init__(self, conn: Connection, ahead: Sequence[tuple[str, Mapping[str, Any]]] = ()):
         self._conn = conn
+        self._ahead: list[tuple[str, Mapping[str, Any]]] = list(ahead)
+        self._open = False
+        """A BEGIN was sent: the transaction must end with COMMIT or ROLLBACK."""
+
+    async def _run(
+        self, query: str, params: Mapping[str, Any] | None, cur: psycopg.AsyncCursor[Any]
+    ) -> psycopg.AsyncCursor[Any]:
+        """Run ``query`` on ``cur``, after any statements held back (one round trip)."""
+        prepare = query in PREPARED or None
+        if not self._ahead:
+            await cur.execute(Q[query], params, prepare=prepare)
+            return cur
+        ahead, self._ahead = self._ahead, []
+        self._open = self._open or any(name == "begin" for name, _ in ahead)
+        # The pipeline's end (its sync) brings every answer back; the cursor keeps its own.
+        async with self._conn.pipeline():
+            for name, values in ahead:
+                await self._conn.execute(Q[name], values or None, prepare=name in PREPARED or None)
+            await cur.execute(Q[query], params, prepare=prepare)
+        return cur
 
     async def fetch(self, query: str, params: Mapping[str, Any] | None = None) -> list[Row]:
         """Rows of ``query``."""
         try:
-            cur = await self._conn.execute(Q[query], params, prepare=query in PREPARED or None)
+            cur = await self._run(query, params, self._conn.cursor())
             return list(await cur.fetchall())
         except psycopg.Error as exc:
             raise from_postgres(exc) from exc
@@ -88,8 +115,7 @@ class PostgresSession:
     ) -> tuple[list[str], list[Sequence[Any]]]:
         """Column names and rows (tuples) of ``query``."""
         try:
-            cur = self._conn.cursor(row_factory=tuple_row)
-            await cur.execute(Q[query], params, prepare=query in PREPARED or None)
+            cur = await self._run(query, params, self._conn.cursor(row_factory=tuple_row))
             names = [column.name for column in cur.description or ()]
             return names, list(await cur.fetchall())
         except psycopg.Error as exc:
@@ -98,19 +124,36 @@ class PostgresSession:
     async def execute(self, query: str, params: Mapping[str, Any] | None = None) -> int:
         """Rows touched by ``query``."""
         try:
-            cur = await self._conn.execute(Q[query], params, prepare=query in PREPARED or None)
+            cur = await self._run(query, params, self._conn.cursor())
             return cur.rowcount
         except psycopg.Error as exc:
             raise from_postgres(exc) from exc
 
     async def lock_admission(self, relaxed: bool) -> None:
         """A transaction-scoped advisory lock: one admitter under limits at a time; relaxed,
-        the transaction's commit does not wait for the disk."""
-        await self.execute("admission_lock", {"relaxed": relaxed})
+        the transaction's commit does not wait for the disk. Sent with the next statement
+        (every admission reads what is admitted next, under the lock)."""
+        self._ahead.append(("admission_lock", {"relaxed": relaxed}))
 
     async def commit_durably(self) -> None:
         """synchronous_commit back on, for this transaction."""
         await self.execute("commit_durably")
+
+    async def end(self, commit: bool) -> None:
+        """COMMIT, with whatever is still held back, or ROLLBACK; nothing when no statement
+        was run (the BEGIN was never sent)."""
+        if not self._open and [name for name, _ in self._ahead] == ["begin"]:
+            self._ahead = []
+            return
+        if commit:
+            await self.execute("commit")
+            return
+        self._ahead = []
+        if self._open:
+            try:
+                await self._conn.execute(Q["rollback"])
+            except psycopg.Error as exc:
+                raise from_postgres(exc) from exc
 
 
 RECONNECT_SERIES_SECS = 2.0
@@ -221,9 +264,18 @@ class PostgresDialect:
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[PostgresSession]:
-        """A transaction on a pooled connection."""
-        async with self._connection() as conn, conn.transaction():
-            yield PostgresSession(conn)
+        """A transaction on a pooled connection. Its BEGIN goes with its first statement."""
+        async with self._connection() as conn:
+            session = PostgresSession(conn, [("begin", {})])
+            try:
+                yield session
+            except BaseException:
+                # A connection that cannot roll back is broken: the pool drops it (and rolls
+                # back any connection handed back inside a transaction).
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(session.end(commit=False))
+                raise
+            await session.end(commit=True)
         self.commits += 1
 
     async def settled_number(self) -> int:

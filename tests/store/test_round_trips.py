@@ -1,0 +1,108 @@
+"""PostgreSQL: what a transaction's answer does not wait for travels with its next statement.
+
+A transaction's BEGIN and the admission lock have no answer anyone reads, so the session sends
+them ahead of the transaction's first statement that has one, in one pipeline: an admission
+pass (BEGIN, lock, count) is one round trip where it was three. The server runs them in order,
+each statement with its own snapshot, so the count still waits for the lock (the lock's
+contract test, tests/store/contract/test_admission.py, holds that).
+
+Round trips are counted from libpq's own trace of the connection: the client waits for the
+server at each Sync (the extended protocol) and each Query (the simple one).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from psycopg import pq
+
+from agentqueue.domain.errors import InvalidInput
+from agentqueue.store import Store
+from agentqueue.store.postgres.dialect import postgres_store
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+async def store(pg_url: str) -> AsyncIterator[Store]:
+    """A store whose pool holds one connection (every transaction is traced on it)."""
+    store = postgres_store(pg_url, min_size=1, max_size=1)
+    await store.open()
+    yield store
+    await store.close()
+
+
+class Trace:
+    """libpq's trace of the pool's one connection while the block runs."""
+
+    def __init__(self, store: Store) -> None:
+        self._pool: Any = store._d._pool  # type: ignore[attr-defined]
+        self.lines: list[str] = []
+
+    async def __aenter__(self) -> Trace:
+        self._file = tempfile.TemporaryFile("w+")  # noqa: SIM115 (closed in __aexit__)
+        async with self._pool.connection() as conn:
+            self._conn = conn
+            conn.pgconn.trace(self._file.fileno())
+            conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._conn.pgconn.untrace()
+        self._file.seek(0)
+        self.lines = self._file.read().splitlines()
+        self._file.close()
+
+    @property
+    def text(self) -> str:
+        """The whole trace (a message's SQL may span lines)."""
+        return "\n".join(self.lines)
+
+    def sent(self, message: str) -> list[str]:
+        """The client's messages of this type."""
+        return [line for line in self.lines if line.split("\t")[:3:2] == ["F", message]]
+
+    @property
+    def round_trips(self) -> int:
+        """How many times the client waited for the server."""
+        return len(self.sent("Sync")) + len(self.sent("Query"))
+
+
+async def test_an_admission_pass_begins_locks_and_counts_in_one_round_trip(store: Store) -> None:
+    async with Trace(store) as trace, store.transaction() as tx:
+        await tx.lock_admission()
+        room = await tx.admission_room()
+    assert room.active == 0
+    assert trace.round_trips == 2  # BEGIN + lock + count; COMMIT
+    text = trace.text
+    first_wait = text.index("\tSync")
+    assert text.index('"BEGIN"') < text.index("pg_advisory_xact_lock(") < first_wait
+    assert text.index("pg_advisory_xact_lock(") < text.index("count(*)") < first_wait
+
+
+async def test_a_transaction_that_runs_nothing_sends_nothing(store: Store) -> None:
+    async with Trace(store) as trace, store.transaction():
+        pass
+    assert trace.round_trips == 0
+
+
+async def test_a_failed_transaction_is_rolled_back_and_the_connection_reused(
+    store: Store,
+) -> None:
+    """An error after the first statement rolls the transaction back (its lock with it): the
+    pool's one connection serves the next transaction, which takes the lock at once."""
+    async with Trace(store) as failed:
+        with pytest.raises(InvalidInput):
+            async with store.transaction() as tx:
+                await tx.lock_admission()
+                await tx.admission_room()
+                raise InvalidInput("boom")
+    # (psycopg then forgets its prepared statements: DEALLOCATE ALL, as after any rollback)
+    assert [line.split("\t")[-1] for line in failed.sent("Query")][:1] == [' "ROLLBACK"']
+    async with Trace(store) as trace, store.transaction() as tx:
+        await tx.lock_admission()
+        assert (await tx.admission_room()).active == 0
+    assert trace.round_trips == 2
