@@ -359,11 +359,12 @@ async def _admit_in(
     configured = sorted({*policy.serving, *policy.type_limits})
     full = full_types(policy, load, tokens, configured)
     per_tenant = min(limit, room + CANDIDATES_PER_TENANT)
-    candidates = await tx.admission_candidates(
-        CandidateQuery(now, MAX_TENANTS, per_tenant, full, paused)
-    )
-    if not candidates:
+    tenants = await tx.pending_tenants(MAX_TENANTS)
+    if not tenants:
         return [], unrouted  # a pass woken by a completion often finds nothing to admit
+    candidates = await tx.admission_candidates(
+        CandidateQuery(now, tenants, per_tenant, full, paused)
+    )
     pipelines = rt.pipelines
     preemptible: dict[str, int] = {}
     if policy.preempt_after_secs is not None and any(c.priority == 0 for c in candidates):

@@ -406,13 +406,12 @@ class AdmitParams:
 @dataclass(frozen=True)
 class CandidateQuery:
     """What ``Tx.admission_candidates`` reads: up to ``per_tenant`` admissible pending tasks of
-    each priority level of each of the first ``max_tenants`` tenants (by name) that have
-    pending tasks, at ``now``; tasks of ``paused`` types left out, and those of ``skip_types``
-    (every agent serving them full) unless they name an assignee or are P0 (which may
-    preempt)."""
+    each priority level of each of ``tenants`` at ``now``; tasks of ``paused`` types left out,
+    and those of ``skip_types`` (every agent serving them full) unless they name an assignee or
+    are P0 (which may preempt)."""
 
     now: datetime
-    max_tenants: int
+    tenants: Sequence[str]
     per_tenant: int
     skip_types: Sequence[str] = ()
     paused: Sequence[str] = ()
@@ -482,6 +481,10 @@ class AdmissionTx(Protocol):
         """How many tasks are admitted (queued or executing), whether any task is pending
         and whether more than one tenant has: what admission under a global cap alone reads,
         in one statement."""
+        ...
+
+    async def pending_tenants(self, limit: int) -> list[str]:
+        """Up to ``limit`` tenants that have pending tasks."""
         ...
 
     async def admit_next(self, params: AdmitParams) -> list[UUID]:

@@ -179,6 +179,10 @@ class SQLTx(QueryOps):
         first, last = row["first"], row["last"]
         return Room(int(row["n"]), first is not None, first != last)
 
+    async def pending_tenants(self, limit: int) -> list[str]:
+        """Tenants with pending tasks."""
+        return [r["tenant"] for r in await self._s.fetch("pending_tenants", {"limit": limit})]
+
     async def admit_next(self, params: AdmitParams) -> list[UUID]:
         """The store's ADMIT, inside this transaction (its notice goes at commit)."""
         return await self._admit(self._s, params, self._dialect.orders_in_sql)
@@ -222,10 +226,10 @@ class SQLTx(QueryOps):
         ]
 
     async def admission_candidates(self, query: CandidateQuery) -> list[Candidate]:
-        """The heads of the priority levels of the first tenants with pending work."""
+        """The heads of the tenants' priority levels."""
         params = self._p(
             now=query.now,
-            max_tenants=query.max_tenants,
+            tenants=list(query.tenants),
             per_tenant=query.per_tenant,
             paused=list(query.paused),
             skip_types=list(query.skip_types),

@@ -117,7 +117,7 @@ async def admit_next(tx: Tx, limit: int, now: datetime, *args: Any, **kw: Any) -
 async def admission_candidates(
     tx: Tx,
     now: datetime,
-    max_tenants: int,
+    tenants: Sequence[str],
     per_tenant: int,
     *,
     skip_types: Sequence[str] = (),
@@ -125,7 +125,7 @@ async def admission_candidates(
 ) -> list[Candidate]:
     """``Tx.admission_candidates``."""
     return await tx.admission_candidates(
-        CandidateQuery(now, max_tenants, per_tenant, skip_types, paused)
+        CandidateQuery(now, tenants, per_tenant, skip_types, paused)
     )
 
 

@@ -104,24 +104,16 @@ async def test_admission_room_tells_when_several_tenants_wait(store: Store, rt: 
     assert await pending_and_several() == (True, True)
 
 
-async def test_admission_candidates_come_from_the_first_tenants_with_pending_work(
-    store: Store, rt: Runtime, clock: ManualClock
-) -> None:
-    """Tx.admission_candidates reads the first ``max_tenants`` tenants (by name) that have
-    pending tasks, each once, whatever their tasks' states and times; a tenant whose tasks
-    are all admitted is not one of them."""
-    now = clock.now()
+async def test_pending_tenants_lists_tenants_with_pending_work(store: Store, rt: Runtime) -> None:
+    """Tx.pending_tenants returns each tenant with pending tasks once, up to the limit."""
     await insert(rt, tenant="b")
     await insert(rt, tenant="a")
     await insert(rt, tenant="a")
     await insert(rt, tenant="c", admitted=True)
-    await insert(rt, tenant="aa", run_after=now + timedelta(seconds=60))
     async with store.transaction() as tx:
-        every = await admission_candidates(tx, now, 10, 5)
-        assert sorted(c.tenant for c in every) == ["a", "a", "b"]
-        # "aa" has pending work (not due yet): it is the second tenant, and gives nothing now.
-        assert [c.tenant for c in await admission_candidates(tx, now, 2, 5)] == ["a", "a"]
-        assert await admission_candidates(tx, now, 0, 5) == []
+        assert sorted(await tx.pending_tenants(10)) == ["a", "b"]
+        assert len(await tx.pending_tenants(1)) == 1
+        assert await tx.pending_tenants(0) == []
 
 
 async def test_admit_next_admits_inside_the_transaction(
@@ -213,7 +205,7 @@ async def test_admission_candidates_per_tenant_and_level_with_skips(
     named = await insert(rt, tenant="d", task_type="full", assignee="alice")
     urgent = await insert(rt, tenant="d", task_type="full", priority=0, idempotency_key="u")
     async with store.transaction() as tx:
-        got = await admission_candidates(tx, now, 2, 2, paused=["docs"])  # tenants a and b
+        got = await admission_candidates(tx, now, ["a", "b"], 2, paused=["docs"])
         assert sorted(c.id for c in got) == sorted([a[0].id, a[1].id, a_p1.id, b.id])
         [cand] = [c for c in got if c.id == a_p1.id]
         assert (cand.tenant, cand.task_type, cand.priority, cand.seq) == (
@@ -224,11 +216,10 @@ async def test_admission_candidates_per_tenant_and_level_with_skips(
         )
         assert cand.eligible_at == a_p1.eligible_at and cand.kind == "task"
         assert (cand.labels, cand.assignee) == (("l1", "l2"), "bob")
-        read = await admission_candidates(tx, now, 10, 5, skip_types=["full"])
-        skipped = [c for c in read if c.tenant == "d"]
+        skipped = await admission_candidates(tx, now, ["d"], 5, skip_types=["full"])
         assert sorted(c.id for c in skipped) == sorted([named.id, urgent.id])
-        assert full.id not in {c.id for c in read}
-        assert await admission_candidates(tx, now, 0, 5) == []
+        assert full.id not in {c.id for c in skipped}
+        assert await admission_candidates(tx, now, [], 5) == []
 
 
 async def test_rate_buckets_round_trip_and_unknown_ones_are_absent(
@@ -308,6 +299,6 @@ async def test_note_waiting_records_why_and_sets_pending_tasks_aside(
     assert p.event_seq == 1 and len(await store.events(parked.id)) == 1
     assert q.state_reason is None
     async with store.transaction() as tx:
-        assert await admission_candidates(tx, now, 10, 5) == []
-        back = await admission_candidates(tx, until, 10, 5)
+        assert await admission_candidates(tx, now, ["default"], 5) == []
+        back = await admission_candidates(tx, until, ["default"], 5)
         assert [c.id for c in back] == [parked.id]

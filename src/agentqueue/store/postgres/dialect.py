@@ -44,7 +44,7 @@ PREPARED = frozenset(
         "lock_tasks", "lock_lapsed", "lock_due_retries", "lock_tool_timeouts", "lock_tool_work",
         "lock_dependents_ready", "lock_expired_dead_letters", "find_by_idempotency",
         "find_live_by_source", "get_tasks", "list_tasks", "work_hints", "queued_p0",
-        "active_load", "admission_candidates", "preemptible", "admission_room",
+        "active_load", "admission_candidates", "preemptible", "admission_room", "pending_tenants",
         "admission_lock",
         "list_schedules", "delete_schedule", "due_schedules", "advance_schedule",
         # every API request authenticates (cached for a few seconds per process)

@@ -104,11 +104,9 @@ SELECT (SELECT count(*) FROM aq_tasks WHERE state = 'queued')
     (SELECT tenant FROM aq_tasks WHERE state = 'pending' ORDER BY tenant LIMIT 1) AS first,
     (SELECT tenant FROM aq_tasks WHERE state = 'pending' ORDER BY tenant DESC LIMIT 1) AS last
 
--- name: admission_candidates
--- The best admissible tasks of the first tenants with pending work, per priority level.
--- The first %(max_tenants)s tenants (by name) with pending tasks, found by skipping through the
--- pending tenant index (one probe per tenant, however many tasks each has), and of each, up to
--- %(per_tenant)s admissible tasks of each priority level.
+-- name: pending_tenants
+-- Tenants that have pending tasks, skipping through the index.
+-- Up to %(limit)s tenants with pending work, found by skipping through the index.
 WITH RECURSIVE tenants(tenant) AS (
     SELECT (SELECT tenant FROM aq_tasks WHERE state = 'pending' ORDER BY tenant LIMIT 1)
     UNION ALL
@@ -116,17 +114,21 @@ WITH RECURSIVE tenants(tenant) AS (
             WHERE t.state = 'pending' AND t.tenant > tenants.tenant
             ORDER BY t.tenant LIMIT 1)
     FROM tenants WHERE tenants.tenant IS NOT NULL
-), chosen AS (
-    SELECT tenant FROM tenants WHERE tenant IS NOT NULL LIMIT %(max_tenants)s
 )
+SELECT tenant FROM tenants WHERE tenant IS NOT NULL LIMIT %(limit)s
+
+-- name: admission_candidates
+-- The best admissible tasks of some tenants, per priority level.
+-- The best admissible tasks of the given tenants (see pending_tenants): up to %(per_tenant)s of
+-- each priority level of each.
 SELECT c.id, c.tenant, c.task_type, c.assignee, c.priority, c.eligible_at, c.seq, c.kind,
     c.labels
-FROM chosen
+FROM unnest(%(tenants)s::text[]) AS tenants(tenant)
 CROSS JOIN generate_series(0, 9) AS lv(priority)
 CROSS JOIN LATERAL (
     SELECT id, tenant, task_type, assignee, priority, eligible_at, seq, kind, labels
     FROM aq_tasks q
-    WHERE q.state = 'pending' AND q.tenant = chosen.tenant AND q.priority = lv.priority
+    WHERE q.state = 'pending' AND q.tenant = tenants.tenant AND q.priority = lv.priority
       AND q.eligible_at <= %(now)s
       AND NOT (q.task_type = ANY(%(paused)s::text[]))
       -- A P0 task is read even when its type's agents are full: it may preempt (R11).

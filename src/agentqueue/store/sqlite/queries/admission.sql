@@ -63,11 +63,9 @@ SELECT (SELECT count(*) FROM aq_tasks WHERE state IN ('queued', 'executing')) AS
     (SELECT tenant FROM aq_tasks WHERE state = 'pending' ORDER BY tenant LIMIT 1) AS first,
     (SELECT tenant FROM aq_tasks WHERE state = 'pending' ORDER BY tenant DESC LIMIT 1) AS last
 
--- name: admission_candidates
--- The best admissible tasks of the first tenants with pending work, per priority level.
--- The first :max_tenants tenants (by name) with pending tasks, found by skipping through the
--- pending tenant index (one probe per tenant, however many tasks each has), and of each, up to
--- :per_tenant admissible tasks of each priority level.
+-- name: pending_tenants
+-- Tenants that have pending tasks, skipping through the index.
+-- Up to :limit tenants with pending work, found by skipping through the index.
 WITH RECURSIVE tenants(tenant) AS (
     SELECT (SELECT tenant FROM aq_tasks WHERE state = 'pending' ORDER BY tenant LIMIT 1)
     UNION ALL
@@ -75,16 +73,20 @@ WITH RECURSIVE tenants(tenant) AS (
             WHERE t.state = 'pending' AND t.tenant > tenants.tenant
             ORDER BY t.tenant LIMIT 1)
     FROM tenants WHERE tenants.tenant IS NOT NULL
-), chosen AS (
-    SELECT tenant FROM tenants WHERE tenant IS NOT NULL LIMIT :max_tenants
 )
+SELECT tenant FROM tenants WHERE tenant IS NOT NULL LIMIT :limit
+
+-- name: admission_candidates
+-- The best admissible tasks of some tenants, per priority level.
+-- The best admissible tasks of the given tenants (see pending_tenants): up to :per_tenant of
+-- each priority level of each.
 SELECT c.id, c.tenant, c.task_type, c.assignee, c.priority, c.eligible_at, c.seq, c.kind,
     c.labels
-FROM chosen
+FROM (SELECT value AS tenant FROM json_each(:tenants)) AS tenants
 JOIN (VALUES (0), (1), (2), (3), (4), (5), (6), (7), (8), (9)) AS lv
 JOIN aq_tasks AS c ON c.seq IN (
     SELECT q.seq FROM aq_tasks AS q
-    WHERE q.state = 'pending' AND q.tenant = chosen.tenant AND q.priority = lv.column1
+    WHERE q.state = 'pending' AND q.tenant = tenants.tenant AND q.priority = lv.column1
       AND q.eligible_at <= :now
       AND q.task_type NOT IN (SELECT value FROM json_each(:paused))
       -- A P0 task is read even when its type's agents are full: it may preempt (R11).
