@@ -16,6 +16,7 @@ import pytest
 
 from agentqueue import AsyncQueue, ManualClock
 from agentqueue.config import Settings
+from agentqueue.store.postgres.dialect import postgres_store
 
 PG_SERVER_FIXTURE = "pg_database"
 
@@ -126,3 +127,13 @@ def open_queue(db_url: str, clock: ManualClock, settings: Settings) -> QueueFact
             await q.close()
 
     return make
+
+
+@pytest.fixture
+async def one_connection(pg_url: str) -> AsyncIterator[Any]:
+    """A PostgreSQL store whose pool holds exactly one connection: every transaction shares
+    it (what one transaction leaves on its connection is what the next one finds)."""
+    store = postgres_store(pg_url, min_size=1, max_size=1)
+    await store.open()
+    yield store
+    await store.close()

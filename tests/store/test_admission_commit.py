@@ -8,7 +8,6 @@ would then be acknowledged before it is on disk.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -20,19 +19,9 @@ from agentqueue.domain.states import Action, bulk_event
 from agentqueue.scheduler.admission import admit_limited
 from agentqueue.store import Store
 from agentqueue.store.base import ClaimParams, Tx
-from agentqueue.store.postgres.dialect import postgres_store
 from agentqueue.store.tx import SQLTx
 
 pytestmark = pytest.mark.postgres
-
-
-@pytest.fixture
-async def one_connection(pg_url: str) -> AsyncIterator[Store]:
-    """A store whose pool holds exactly one connection: every transaction shares it."""
-    store = postgres_store(pg_url, min_size=1, max_size=1)
-    await store.open()
-    yield store
-    await store.close()
 
 
 async def _setting(conn: object) -> str:

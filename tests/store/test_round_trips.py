@@ -13,7 +13,6 @@ server at each Sync (the extended protocol) and each Query (the simple one).
 from __future__ import annotations
 
 import tempfile
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -21,18 +20,14 @@ from psycopg import pq
 
 from agentqueue.domain.errors import InvalidInput
 from agentqueue.store import Store
-from agentqueue.store.postgres.dialect import postgres_store
 
 pytestmark = pytest.mark.postgres
 
 
 @pytest.fixture
-async def store(pg_url: str) -> AsyncIterator[Store]:
+def store(one_connection: Store) -> Store:
     """A store whose pool holds one connection (every transaction is traced on it)."""
-    store = postgres_store(pg_url, min_size=1, max_size=1)
-    await store.open()
-    yield store
-    await store.close()
+    return one_connection
 
 
 class Trace:
