@@ -78,6 +78,20 @@ async def test_an_admission_pass_begins_locks_and_counts_in_one_round_trip(store
     assert text.index("pg_advisory_xact_lock(") < text.index("count(*)") < first_wait
 
 
+async def test_a_routed_pass_reads_its_load_and_tenants_with_its_lock(store: Store) -> None:
+    """BEGIN, the lock, the admitted load and the tenants with pending work: one round trip."""
+    async with Trace(store) as trace, store.transaction() as tx:
+        await tx.lock_admission()
+        load, tenants = await tx.load_and_tenants(10)
+    assert (load, tenants) == ([], [])
+    assert trace.round_trips == 2  # BEGIN + lock + load + tenants; COMMIT
+    text = trace.text
+    assert text.index("pg_advisory_xact_lock(") < text.index("GROUP BY tenant, agent")
+    assert (
+        text.index("GROUP BY tenant, agent") < text.index("WITH RECURSIVE") < text.index("\tSync")
+    )
+
+
 async def test_a_transaction_that_runs_nothing_sends_nothing(store: Store) -> None:
     async with Trace(store) as trace, store.transaction():
         pass

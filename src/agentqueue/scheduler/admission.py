@@ -349,7 +349,8 @@ async def _admit_in(
         if not policy.fair_share or not counted.several_tenants:
             params = AdmitParams(room, now, policy.aging_secs, event, paused)
             return await tx.admit_next(params), unrouted
-    load = Load.count(await tx.active_load())
+    rows, tenants = await tx.load_and_tenants(MAX_TENANTS)
+    load = Load.count(rows)
     room = capacity(policy, load, limit)
     if room == 0:
         return [], unrouted
@@ -359,7 +360,6 @@ async def _admit_in(
     configured = sorted({*policy.serving, *policy.type_limits})
     full = full_types(policy, load, tokens, configured)
     per_tenant = min(limit, room + CANDIDATES_PER_TENANT)
-    tenants = await tx.pending_tenants(MAX_TENANTS)
     if not tenants:
         return [], unrouted  # a pass woken by a completion often finds nothing to admit
     candidates = await tx.admission_candidates(

@@ -487,6 +487,11 @@ class AdmissionTx(Protocol):
         """Up to ``limit`` tenants that have pending tasks."""
         ...
 
+    async def load_and_tenants(self, limit: int) -> tuple[list[LoadRow], list[str]]:
+        """``active_load`` and ``pending_tenants(limit)`` read together, in one round trip
+        (what every routed admission pass reads first, under its lock)."""
+        ...
+
     async def admit_next(self, params: AdmitParams) -> list[UUID]:
         """Store.admit (best ``limit`` admissible tasks, set-wise) inside this transaction."""
         ...

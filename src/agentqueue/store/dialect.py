@@ -35,6 +35,13 @@ class Session(Protocol):
         """Run ``query`` for its effect; return how many rows it touched."""
         ...
 
+    async def fetch_each(
+        self, queries: Sequence[tuple[str, Mapping[str, Any] | None]]
+    ) -> list[list[Row]]:
+        """Run independent queries in order and return each one's rows (one round trip for
+        all, where the database is across a network)."""
+        ...
+
     async def lock_admission(self, relaxed: bool) -> None:
         """Take the one turn to admit under limits until this transaction ends, at the latest
         before the transaction's next statement runs; ``relaxed``, its commit need not wait for

@@ -225,6 +225,16 @@ class SQLTx(QueryOps):
             LoadRow(r["tenant"], r["agent"], r["n"]) for r in await self._s.fetch("active_load")
         ]
 
+    async def load_and_tenants(self, limit: int) -> tuple[list[LoadRow], list[str]]:
+        """active_load and pending_tenants, read together."""
+        load, tenants = await self._s.fetch_each(
+            [("active_load", None), ("pending_tenants", {"limit": limit})]
+        )
+        return (
+            [LoadRow(r["tenant"], r["agent"], r["n"]) for r in load],
+            [r["tenant"] for r in tenants],
+        )
+
     async def admission_candidates(self, query: CandidateQuery) -> list[Candidate]:
         """The heads of the tenants' priority levels."""
         params = self._p(

@@ -114,6 +114,10 @@ async def test_pending_tenants_lists_tenants_with_pending_work(store: Store, rt:
         assert sorted(await tx.pending_tenants(10)) == ["a", "b"]
         assert len(await tx.pending_tenants(1)) == 1
         assert await tx.pending_tenants(0) == []
+        # Read together (one round trip on PostgreSQL), the same answers.
+        load, tenants = await tx.load_and_tenants(10)
+        assert load == await tx.active_load()
+        assert sorted(tenants) == ["a", "b"]
 
 
 async def test_admit_next_admits_inside_the_transaction(

@@ -89,18 +89,41 @@ class PostgresSession:
         self, query: str, params: Mapping[str, Any] | None, cur: psycopg.AsyncCursor[Any]
     ) -> psycopg.AsyncCursor[Any]:
         """Run ``query`` on ``cur``, after any statements held back (one round trip)."""
-        prepare = query in PREPARED or None
         if not self._ahead:
-            await cur.execute(Q[query], params, prepare=prepare)
+            await cur.execute(Q[query], params, prepare=query in PREPARED or None)
             return cur
+        await self._pipelined([(cur, query, params)])
+        return cur
+
+    async def _pipelined(
+        self, statements: Sequence[tuple[psycopg.AsyncCursor[Any], str, Mapping[str, Any] | None]]
+    ) -> None:
+        """Run the statements held back, then ``statements`` each on its cursor, in one
+        pipeline: one round trip for all."""
         ahead, self._ahead = self._ahead, []
         self._open = self._open or any(name == "begin" for name, _ in ahead)
-        # The pipeline's end (its sync) brings every answer back; the cursor keeps its own.
+        # The pipeline's end (its sync) brings every answer back; each cursor keeps its own.
         async with self._conn.pipeline():
             for name, values in ahead:
                 await self._conn.execute(Q[name], values or None, prepare=name in PREPARED or None)
-            await cur.execute(Q[query], params, prepare=prepare)
-        return cur
+            for cur, query, params in statements:
+                await cur.execute(Q[query], params, prepare=query in PREPARED or None)
+
+    async def fetch_each(
+        self, queries: Sequence[tuple[str, Mapping[str, Any] | None]]
+    ) -> list[list[Row]]:
+        """The rows of each query, run in order in one round trip."""
+        try:
+            cursors = [self._conn.cursor() for _ in queries]
+            await self._pipelined(
+                [
+                    (cur, query, params)
+                    for cur, (query, params) in zip(cursors, queries, strict=True)
+                ]
+            )
+            return [list(await cur.fetchall()) for cur in cursors]
+        except psycopg.Error as exc:
+            raise from_postgres(exc) from exc
 
     async def fetch(self, query: str, params: Mapping[str, Any] | None = None) -> list[Row]:
         """Rows of ``query``."""

@@ -201,6 +201,12 @@ class SQLiteSession:
         """Rows touched by ``query``."""
         return await self._conn.run(lambda c: c.execute(Q[query], params or {}).rowcount)
 
+    async def fetch_each(
+        self, queries: Sequence[tuple[str, Mapping[str, Any] | None]]
+    ) -> list[list[Row]]:
+        """The rows of each query, in order (one hop each: the file is local)."""
+        return [await self.fetch(query, params) for query, params in queries]
+
     async def lock_admission(self, relaxed: bool) -> None:
         """Nothing more to take: BEGIN IMMEDIATE already holds the file's one write lock."""
 
