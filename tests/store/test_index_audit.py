@@ -40,7 +40,8 @@ async def _admitted(queue: AsyncQueue) -> tuple[int, list[tuple[str, str | None,
     async with store.transaction() as tx:
         count = (await tx.admission_room()).active
         load = sorted(
-            ((r.tenant, r.agent, r.count) for r in await tx.active_load()), key=lambda r: r[0]
+            ((r.tenant, r.agent, r.count) for r in (await tx.load_and_tenants(1))[0]),
+            key=lambda r: r[0],
         )
     return count, load
 

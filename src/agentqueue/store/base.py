@@ -483,13 +483,10 @@ class AdmissionTx(Protocol):
         in one statement."""
         ...
 
-    async def pending_tenants(self, limit: int) -> list[str]:
-        """Up to ``limit`` tenants that have pending tasks."""
-        ...
-
     async def load_and_tenants(self, limit: int) -> tuple[list[LoadRow], list[str]]:
-        """``active_load`` and ``pending_tenants(limit)`` read together, in one round trip
-        (what every routed admission pass reads first, under its lock)."""
+        """Admitted work (queued or executing) grouped by tenant and agent, and up to
+        ``limit`` tenants that have pending tasks: what every routed admission pass reads
+        first, under its lock, read together (one round trip)."""
         ...
 
     async def admit_next(self, params: AdmitParams) -> list[UUID]:
@@ -516,10 +513,6 @@ class AdmissionTx(Protocol):
 
 class PlanningTx(Protocol):
     """What admission's planner reads and keeps: load, candidates, rate buckets, preemption."""
-
-    async def active_load(self) -> list[LoadRow]:
-        """Admitted work (queued or executing), grouped by tenant and agent."""
-        ...
 
     async def admission_candidates(self, query: CandidateQuery) -> list[Candidate]:
         """The admissible pending tasks ``query`` asks for, in claim order within each

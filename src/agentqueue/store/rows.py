@@ -21,7 +21,16 @@ from ..domain.deliveries import Delivery, DeliveryAttempt, DeliveryRecord
 from ..domain.models import Event, LogRecord, Task
 from ..domain.schedule import CatchUp
 from ..domain.states import TaskState
-from .base import Bucket, Change, DeliveryResult, NewTask, OutboxRow, Purge, TaskHead
+from .base import (
+    Bucket,
+    Change,
+    DeliveryResult,
+    LoadRow,
+    NewTask,
+    OutboxRow,
+    Purge,
+    TaskHead,
+)
 
 R = TypeVar("R")
 
@@ -462,6 +471,11 @@ def _record_decoders(cls: type[Any], codec: Codec) -> tuple[tuple[str, Callable[
         "bool": bool,  # SQLite keeps 0 and 1
     }
     return tuple((f.name, decoders.get(str(f.type), _same)) for f in fields(cls))
+
+
+def load_rows(rows: Sequence[Row]) -> list[LoadRow]:
+    """The rows of ``active_load``."""
+    return [LoadRow(r["tenant"], r["agent"], r["n"]) for r in rows]
 
 
 def bucket_rows(buckets: Mapping[str, Bucket], codec: Codec) -> list[dict[str, Any]]:

@@ -56,6 +56,7 @@ from .rows import (
     delivery_record_from_row,
     dump,
     event_from_row,
+    load_rows,
     record_from_row,
     stored_event_from_row,
     task_head_from_row,
@@ -245,7 +246,7 @@ class SQLStore(QueryOps):
 
     async def active_load(self) -> list[LoadRow]:
         """Admitted work per (tenant, agent), read without taking the write lock."""
-        return [LoadRow(r["tenant"], r["agent"], r["n"]) for r in await self._read("active_load")]
+        return load_rows(await self._read("active_load"))
 
     async def count_parked(self, now: datetime, tenant: str | None = None) -> int:
         """One count."""

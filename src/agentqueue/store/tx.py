@@ -37,6 +37,7 @@ from .rows import (
     delivery_rows,
     dump,
     event_rows,
+    load_rows,
     log_rows,
     new_task_rows,
     outbox_from_row,
@@ -179,10 +180,6 @@ class SQLTx(QueryOps):
         first, last = row["first"], row["last"]
         return Room(int(row["n"]), first is not None, first != last)
 
-    async def pending_tenants(self, limit: int) -> list[str]:
-        """Tenants with pending tasks."""
-        return [r["tenant"] for r in await self._s.fetch("pending_tenants", {"limit": limit})]
-
     async def admit_next(self, params: AdmitParams) -> list[UUID]:
         """The store's ADMIT, inside this transaction (its notice goes at commit)."""
         return await self._admit(self._s, params, self._dialect.orders_in_sql)
@@ -219,21 +216,12 @@ class SQLTx(QueryOps):
             rows = dump([{"id": str(i), "reason": r} for i, r in reasons.items()])
             await self._s.execute("note_waiting", self._p(rows=rows, until=until))
 
-    async def active_load(self) -> list[LoadRow]:
-        """Queued and executing tasks, grouped."""
-        return [
-            LoadRow(r["tenant"], r["agent"], r["n"]) for r in await self._s.fetch("active_load")
-        ]
-
     async def load_and_tenants(self, limit: int) -> tuple[list[LoadRow], list[str]]:
-        """active_load and pending_tenants, read together."""
+        """Admitted work by tenant and agent, and the tenants with pending tasks, together."""
         load, tenants = await self._s.fetch_each(
             [("active_load", None), ("pending_tenants", {"limit": limit})]
         )
-        return (
-            [LoadRow(r["tenant"], r["agent"], r["n"]) for r in load],
-            [r["tenant"] for r in tenants],
-        )
+        return load_rows(load), [r["tenant"] for r in tenants]
 
     async def admission_candidates(self, query: CandidateQuery) -> list[Candidate]:
         """The heads of the tenants' priority levels."""

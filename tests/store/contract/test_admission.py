@@ -12,7 +12,7 @@ from agentqueue import ManualClock
 from agentqueue.domain.states import Action, TaskState, bulk_event
 from agentqueue.service.runtime import Runtime
 from agentqueue.store import Store
-from agentqueue.store.base import Bucket, ClaimParams, LoadRow
+from agentqueue.store.base import Bucket, ClaimParams, LoadRow, Tx
 
 from .conftest import (
     admission_candidates,
@@ -104,20 +104,29 @@ async def test_admission_room_tells_when_several_tenants_wait(store: Store, rt: 
     assert await pending_and_several() == (True, True)
 
 
+async def tenants_of(tx: Tx, limit: int) -> list[str]:
+    """The tenants ``Tx.load_and_tenants`` reads."""
+    return (await tx.load_and_tenants(limit))[1]
+
+
+async def load_of(tx: Tx) -> list[LoadRow]:
+    """The admitted load ``Tx.load_and_tenants`` reads, in a stable order."""
+    load = (await tx.load_and_tenants(10))[0]
+    return sorted(load, key=lambda r: (r.tenant, r.agent or ""))
+
+
 async def test_pending_tenants_lists_tenants_with_pending_work(store: Store, rt: Runtime) -> None:
-    """Tx.pending_tenants returns each tenant with pending tasks once, up to the limit."""
+    """Tx.load_and_tenants returns each tenant with pending tasks once, up to the limit, and
+    beside them the admitted load (here one queued task of tenant c)."""
     await insert(rt, tenant="b")
     await insert(rt, tenant="a")
     await insert(rt, tenant="a")
     await insert(rt, tenant="c", admitted=True)
     async with store.transaction() as tx:
-        assert sorted(await tx.pending_tenants(10)) == ["a", "b"]
-        assert len(await tx.pending_tenants(1)) == 1
-        assert await tx.pending_tenants(0) == []
-        # Read together (one round trip on PostgreSQL), the same answers.
-        load, tenants = await tx.load_and_tenants(10)
-        assert load == await tx.active_load()
-        assert sorted(tenants) == ["a", "b"]
+        assert sorted(await tenants_of(tx, 10)) == ["a", "b"]
+        assert len(await tenants_of(tx, 1)) == 1
+        assert await tenants_of(tx, 0) == []
+        assert await load_of(tx) == [LoadRow("c", None, 1)]
 
 
 async def test_admit_next_admits_inside_the_transaction(
@@ -175,9 +184,10 @@ async def test_claim_next_claims_inside_the_transaction(
 async def test_active_load_groups_admitted_work_by_tenant_and_agent(
     store: Store, rt: Runtime, clock: ManualClock
 ) -> None:
-    """Tx.active_load counts queued and executing tasks per (tenant, agent)."""
+    """Tx.load_and_tenants counts queued and executing tasks per (tenant, agent), inside the
+    transaction (what it admitted included)."""
     async with store.transaction() as tx:
-        assert await tx.active_load() == []
+        assert await load_of(tx) == []
     a1 = await insert(rt, tenant="a")
     a2 = await insert(rt, tenant="a")
     await insert(rt, tenant="a", admitted=True)
@@ -186,7 +196,7 @@ async def test_active_load_groups_admitted_work_by_tenant_and_agent(
     async with store.transaction() as tx:
         event = bulk_event(Action.ADMIT, now, "s", "alice")
         assert set(await tx.admit_ids([a1.id, a2.id], now, event, "alice")) == {a1.id, a2.id}
-        load = sorted(await tx.active_load(), key=lambda r: (r.tenant, r.agent or ""))
+        load = await load_of(tx)
     assert load == [LoadRow("a", None, 1), LoadRow("a", "alice", 2)]
     read = sorted(await store.active_load(), key=lambda r: (r.tenant, r.agent or ""))
     assert read == load  # Store.active_load: the same counts, read outside a transaction

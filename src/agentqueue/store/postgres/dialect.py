@@ -11,7 +11,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 import psycopg
-from psycopg import sql
+from psycopg import pq, sql
 from psycopg.abc import Buffer
 from psycopg.adapt import AdaptersMap, Loader
 from psycopg.rows import DictRow, dict_row, tuple_row
@@ -82,8 +82,6 @@ class PostgresSession:
     def __init__(self, conn: Connection, ahead: Sequence[tuple[str, Mapping[str, Any]]] = ()):
         self._conn = conn
         self._ahead: list[tuple[str, Mapping[str, Any]]] = list(ahead)
-        self._open = False
-        """A BEGIN was sent: the transaction must end with COMMIT or ROLLBACK."""
 
     async def _run(
         self, query: str, params: Mapping[str, Any] | None, cur: psycopg.AsyncCursor[Any]
@@ -101,7 +99,6 @@ class PostgresSession:
         """Run the statements held back, then ``statements`` each on its cursor, in one
         pipeline: one round trip for all."""
         ahead, self._ahead = self._ahead, []
-        self._open = self._open or any(name == "begin" for name, _ in ahead)
         # The pipeline's end (its sync) brings every answer back; each cursor keeps its own.
         async with self._conn.pipeline():
             for name, values in ahead:
@@ -163,20 +160,12 @@ class PostgresSession:
         await self.execute("commit_durably")
 
     async def end(self, commit: bool) -> None:
-        """COMMIT, with whatever is still held back, or ROLLBACK; nothing when no statement
-        was run (the BEGIN was never sent)."""
-        if not self._open and [name for name, _ in self._ahead] == ["begin"]:
-            self._ahead = []
-            return
-        if commit:
-            await self.execute("commit")
-            return
+        """COMMIT or ROLLBACK, if a statement was run. What is still held back is dropped:
+        a transaction that ran nothing (a lock with no statement after it guards nothing)
+        never sent its BEGIN, and ends without a round trip."""
         self._ahead = []
-        if self._open:
-            try:
-                await self._conn.execute(Q["rollback"])
-            except psycopg.Error as exc:
-                raise from_postgres(exc) from exc
+        if self._conn.info.transaction_status != pq.TransactionStatus.IDLE:
+            await self.execute("commit" if commit else "rollback")
 
 
 RECONNECT_SERIES_SECS = 2.0
