@@ -51,15 +51,15 @@ async def test_the_admission_transaction_commits_without_waiting_and_only_it(
 
 
 async def test_an_admission_that_claims_commits_durably(one_connection: Store, pg_url: str) -> None:
-    """The admitting worker's own claims start attempts as the admission commits: a
-    transaction that claimed anything waits for the disk again; one that claimed nothing
-    stays relaxed."""
+    """The admitting worker's own claims start attempts as the admission commits: a relaxed
+    transaction that claims waits for the disk again (from the claim on, sent with it); one
+    that does not claim stays relaxed."""
     store = one_connection
     now = datetime.now(UTC)
     params = ClaimParams(1, now, bulk_event(Action.CLAIM, now, "w1"), 600.0, 30.0, 5.0)
     async with store.transaction() as tx:
         await tx.lock_admission()
-        assert await tx.claim_next(params) == []
+        await tx.admission_room()
         assert await _setting(tx._s._conn) == "off"  # type: ignore[attr-defined]
     queue = AsyncQueue(pg_url)
     try:
@@ -68,7 +68,9 @@ async def test_an_admission_that_claims_commits_durably(one_connection: Store, p
         await queue.close()
     async with store.transaction() as tx:
         await tx.lock_admission()
-        assert len(await tx.claim_next(params)) == 1
+        await tx.admission_room()
+        assert await _setting(tx._s._conn) == "off"  # type: ignore[attr-defined]
+        assert len(await (await tx.claim_next(params)).get()) == 1
         assert await _setting(tx._s._conn) == "on"  # type: ignore[attr-defined]
 
 
@@ -89,16 +91,14 @@ async def test_an_admission_that_may_claim_is_not_relaxed_and_takes_no_statement
         await tx.lock_admission(relaxed=False)
         await tx.admission_room()
         assert await _setting(tx._s._conn) == "on"  # type: ignore[attr-defined]
-        sent: list[str] = []
-        execute = tx._s.execute  # type: ignore[attr-defined]
+        asked: list[str] = []
 
-        async def counting(query: str, params: object = None) -> int:
-            sent.append(query)
-            return int(await execute(query, params))
+        async def durably() -> None:
+            asked.append("commit_durably")
 
-        tx._s.execute = counting  # type: ignore[attr-defined]
-        assert len(await tx.claim_next(params)) == 1
-        assert "commit_durably" not in sent
+        tx._s.commit_durably = durably  # type: ignore[attr-defined]
+        assert len(await (await tx.claim_next(params)).get()) == 1
+        assert asked == []
         assert await _setting(tx._s._conn) == "on"  # type: ignore[attr-defined]
 
 

@@ -4,7 +4,9 @@ A transaction's BEGIN and the admission lock have no answer anyone reads, so the
 them ahead of the transaction's first statement that has one, in one pipeline: an admission
 pass (BEGIN, lock, count) is one round trip where it was three. The server runs them in order,
 each statement with its own snapshot, so the count still waits for the lock (the lock's
-contract test, tests/store/contract/test_admission.py, holds that).
+contract test, tests/store/contract/test_admission.py, holds that). A claim inside an admission
+is read only once the admission has committed (its tasks start then), so it goes with the
+COMMIT.
 
 Round trips are counted from libpq's own trace of the connection: the client waits for the
 server at each Sync (the extended protocol) and each Query (the simple one).
@@ -13,13 +15,18 @@ server at each Sync (the extended protocol) and each Query (the simple one).
 from __future__ import annotations
 
 import tempfile
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from psycopg import pq
 
-from agentqueue.domain.errors import InvalidInput
+from agentqueue import AsyncQueue
+from agentqueue.config import Settings
+from agentqueue.domain.errors import InvalidInput, StoreError
+from agentqueue.domain.states import Action, TaskState, bulk_event
 from agentqueue.store import Store
+from agentqueue.store.base import AdmitParams, ClaimParams, NotArrived
 
 pytestmark = pytest.mark.postgres
 
@@ -59,6 +66,19 @@ class Trace:
     def sent(self, message: str) -> list[str]:
         """The client's messages of this type."""
         return [line for line in self.lines if line.split("\t")[:3:2] == ["F", message]]
+
+    @property
+    def batches(self) -> list[list[list[str]]]:
+        """The client's messages (each split at its tabs) up to each wait for the server."""
+        batches: list[list[list[str]]] = [[]]
+        for line in self.lines:
+            fields = line.split("\t")
+            if fields[0] != "F":
+                continue
+            batches[-1].append(fields)
+            if fields[2] in ("Sync", "Query"):
+                batches.append([])
+        return [batch for batch in batches if batch and batch[-1][2] in ("Sync", "Query")]
 
     @property
     def round_trips(self) -> int:
@@ -115,3 +135,80 @@ async def test_a_failed_transaction_is_rolled_back_and_the_connection_reused(
         await tx.lock_admission()
         assert (await tx.admission_room()).active == 0
     assert trace.round_trips == 2
+
+
+async def _pending(pg_url: str, n: int) -> None:
+    """``n`` tasks waiting in pending (a cap leaves them for admission)."""
+    queue = AsyncQueue(pg_url, settings=Settings(admission={"max_active": 10}))
+    try:
+        await queue.submit_many([{"title": f"t{i}", "task_type": "docs"} for i in range(n)])
+    finally:
+        await queue.close()
+
+
+def _admit(now: datetime, limit: int = 10) -> AdmitParams:
+    return AdmitParams(limit, now, 600.0, bulk_event(Action.ADMIT, now, "scheduler"), [])
+
+
+def _claim(now: datetime, limit: int = 10) -> ClaimParams:
+    return ClaimParams(limit, now, bulk_event(Action.CLAIM, now, "w1"), 600.0, 30.0, 5.0)
+
+
+async def test_a_claim_inside_an_admission_goes_with_its_commit(store: Store, pg_url: str) -> None:
+    """BEGIN + lock + count; the admission; the claim + COMMIT: three round trips, and the
+    claimed tasks are read after the commit."""
+    await _pending(pg_url, 2)
+    now = datetime.now(UTC)
+    for _ in range(2):  # the second time, the connection has its statements prepared
+        async with Trace(store) as trace, store.transaction() as tx:
+            await tx.lock_admission(relaxed=False)
+            assert (await tx.admission_room()).pending
+            assert len(await tx.admit_next(_admit(now, 1))) == 1
+            later = await tx.claim_next(_claim(now))
+            with pytest.raises(NotArrived):
+                later.result()  # held back until the COMMIT
+        assert [t.state for t in later.result()] == [TaskState.EXECUTING]
+    assert trace.round_trips == 3
+    # The last round trip binds two statements: the claim (prepared by now: bound by its
+    # name) and then the COMMIT.
+    last = trace.batches[-1]
+    claim, _ = [fields for fields in last if fields[2] == "Bind"]
+    [commit] = [fields for fields in last if fields[2] == "Parse"]
+    assert claim[3].split()[1] != '""' and commit[3].split()[1] == '"COMMIT"'
+    assert last.index(claim) < last.index(commit)
+    assert await store.count_by_state() == {TaskState.EXECUTING: 2}
+
+
+async def test_a_held_claim_is_dropped_with_a_rollback(store: Store, pg_url: str) -> None:
+    """A transaction that fails before its COMMIT never sends the claim it held: no answer,
+    nothing claimed, and the admission rolled back with it."""
+    await _pending(pg_url, 1)
+    now = datetime.now(UTC)
+    with pytest.raises(InvalidInput):
+        async with store.transaction() as tx:
+            await tx.lock_admission(relaxed=False)
+            assert len(await tx.admit_next(_admit(now))) == 1
+            later = await tx.claim_next(_claim(now))
+            raise InvalidInput("boom")
+    with pytest.raises(NotArrived):
+        later.result()
+    assert await store.count_by_state() == {TaskState.PENDING: 1}
+
+
+async def test_a_claim_that_fails_with_the_commit_rolls_the_transaction_back(
+    store: Store, pg_url: str
+) -> None:
+    """The claim sent with the COMMIT fails (a negative limit): the error is raised, the
+    admission before it is rolled back, and the pool's one connection serves the next
+    transaction."""
+    await _pending(pg_url, 1)
+    now = datetime.now(UTC)
+    with pytest.raises(StoreError):
+        async with store.transaction() as tx:
+            assert len(await tx.admit_next(_admit(now))) == 1
+            await tx.claim_next(_claim(now, limit=-1))
+    assert await store.count_by_state() == {TaskState.PENDING: 1}
+    async with store.transaction() as tx:
+        assert len(await tx.admit_next(_admit(now))) == 1
+        later = await tx.claim_next(_claim(now))
+    assert len(later.result()) == 1

@@ -30,6 +30,7 @@ from agentqueue.store.base import (
     CHANNEL_QUEUED,
     CHANNEL_REVOKED,
     CHANNEL_TOOLS,
+    Later,
     Notice,
 )
 from agentqueue.supervise import Outage, Supervisor, cancel_requested
@@ -454,7 +455,7 @@ async def test_claims_within_an_admission_start_when_it_commits_and_hold_their_s
         try:
             async with queue.store.transaction() as tx:
 
-                async def claim_in(n: int, types: Any, of: Any) -> list[Task]:
+                async def claim_in(n: int, types: Any, of: Any) -> Later[list[Task]]:
                     return await claim_in_tx(tx, rt, n, "w1", types, of)
 
                 end = await claimer.claim_within(claim_in, agents)
@@ -467,7 +468,7 @@ async def test_claims_within_an_admission_start_when_it_commits_and_hold_their_s
         else:
             end(True)
 
-    async def never(n: int, types: Any, of: Any) -> list[Task]:
+    async def never(n: int, types: Any, of: Any) -> Later[list[Task]]:
         raise AssertionError("claimed for an executor that runs nothing admitted")
 
     # Admitted to an agent no executor of this worker runs: nothing is claimed, nothing held.

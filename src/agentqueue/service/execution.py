@@ -21,7 +21,7 @@ from ..domain.models import LogRecord, Task
 from ..domain.states import Action, Refusal, RefusalKind, Request, TaskState, bulk_event
 from ..domain.values import NUL, without_nul
 from ..store import Lease
-from ..store.base import ClaimParams, Tx
+from ..store.base import ClaimParams, Later, Tx
 from .records import apply_decisions, decide_and_apply
 from .runtime import Runtime
 
@@ -54,9 +54,10 @@ async def claim_in(
     task_types: Sequence[str] | None = None,
     agents: Sequence[str] | None = None,
     now: datetime | None = None,
-) -> list[Task]:
-    """:func:`claim`, inside ``tx`` (the claimed tasks are ``worker``'s once it commits), at
-    ``now`` (the transaction's time) unless given."""
+) -> Later[list[Task]]:
+    """:func:`claim`, inside ``tx`` (the claimed tasks are ``worker``'s once it commits, and
+    arrive with its COMMIT: see Tx.claim_next), at ``now`` (the transaction's time) unless
+    given."""
     return await tx.claim_next(await claim_params(rt, n, worker, task_types, agents, now))
 
 

@@ -7,11 +7,11 @@ change together with its audit event in one transaction.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 from uuid import UUID
 
 from ..domain.access import TokenRecord
@@ -466,6 +466,54 @@ class DependencyTx(Protocol):
         ...
 
 
+T = TypeVar("T")
+U = TypeVar("U")
+
+
+class NotArrived(RuntimeError):
+    """A later answer was read before its statement was sent (its transaction did not commit)."""
+
+
+class Later(Generic[T]):
+    """The answer of a statement a session sends later: with the transaction's next statement,
+    at the latest with its COMMIT (where the database is across a network, a round trip saved;
+    on a local file it is sent at once). :meth:`get` sends it now if it is still held back;
+    :meth:`result` reads it once it has arrived (after the commit, for one sent last)."""
+
+    def __init__(self, send: Callable[[], Awaitable[None]], read: Callable[[], T]) -> None:
+        self._send = send
+        self._read = read
+
+    @classmethod
+    def now(cls, value: T) -> Later[T]:
+        """An answer that is here already."""
+
+        async def sent() -> None:
+            return None
+
+        return cls(sent, lambda: value)
+
+    def result(self) -> T:
+        """The answer; NotArrived while its statement is still held back."""
+        return self._read()
+
+    async def get(self) -> T:
+        """The answer, sending what is held back first if need be (one round trip)."""
+        await self._send()
+        return self._read()
+
+    def map(self, convert: Callable[[T], U]) -> Later[U]:
+        """The answer, converted (once) as it is read."""
+        done: list[U] = []
+
+        def read() -> U:
+            if not done:
+                done.append(convert(self._read()))
+            return done[0]
+
+        return Later(self._send, read)
+
+
 class AdmissionTx(Protocol):
     """Admission under limits (R12): serialised, counted, and set-wise once decided."""
 
@@ -493,10 +541,13 @@ class AdmissionTx(Protocol):
         """Store.admit (best ``limit`` admissible tasks, set-wise) inside this transaction."""
         ...
 
-    async def claim_next(self, params: ClaimParams) -> list[Task]:
+    async def claim_next(self, params: ClaimParams) -> Later[list[Task]]:
         """Store.claim inside this transaction: the worker whose scheduler admits claims what
         it has room for before the admission commits (nothing is claimed if it rolls back).
-        A transaction that claimed anything commits durably, as every claim does."""
+        The claim is sent later: with the transaction's next statement, at the latest with its
+        COMMIT, so the claimed tasks are read from the returned answer once it has committed
+        (or at once with ``get``). A transaction that claims commits durably, as every claim
+        does."""
         ...
 
     async def admit_ids(

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
-from .base import Notice
+from .base import Later, Notice
 from .migrate import Migration
 from .rows import Codec, Row
 
@@ -35,6 +35,14 @@ class Session(Protocol):
         """Run ``query`` for its effect; return how many rows it touched."""
         ...
 
+    async def fetch_table_later(
+        self, query: str, params: Mapping[str, Any] | None = None
+    ) -> Later[tuple[list[str], list[Sequence[Any]]]]:
+        """Run ``query`` later (with the transaction's next statement, at the latest with its
+        COMMIT, where the database is across a network; else now); its column names and rows
+        as :meth:`fetch_table` gives them, once it has run."""
+        ...
+
     async def fetch_each(
         self, queries: Sequence[tuple[str, Mapping[str, Any] | None]]
     ) -> list[list[Row]]:
@@ -49,7 +57,8 @@ class Session(Protocol):
         ...
 
     async def commit_durably(self) -> None:
-        """Make this transaction's commit wait for the disk after all (it claimed tasks)."""
+        """Make this transaction's commit wait for the disk after all (it claims tasks), at the
+        latest from its next statement or its COMMIT."""
         ...
 
 

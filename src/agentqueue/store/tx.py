@@ -22,6 +22,7 @@ from .base import (
     ClaimParams,
     DeliveryResult,
     IntakeSource,
+    Later,
     LoadRow,
     NewTask,
     OutboxRow,
@@ -71,7 +72,7 @@ class QueryOps:
         found = await s.fetch("insert_tasks", {"rows": rows, "events": events})
         return {self.codec.uuid(row["id"]): row["seq"] for row in found}
 
-    async def _claim(self, s: Session, p: ClaimParams, orders_in_sql: bool) -> list[Task]:
+    def _claim_values(self, p: ClaimParams) -> dict[str, Any]:
         values = self._p(
             paused=list(p.paused),
             limit=p.limit,
@@ -83,13 +84,21 @@ class QueryOps:
             data=p.event.data_text,
         )
         values.update(self.codec.durations(aging=p.aging_secs, ttl=p.ttl_secs, grace=p.grace_secs))
-        names, rows = await s.fetch_table("claim", values)
-        tasks = tasks_from_table(names, rows, self.codec)
+        return values
+
+    def _claimed(
+        self, table: tuple[list[str], Sequence[Sequence[Any]]], p: ClaimParams, orders_in_sql: bool
+    ) -> list[Task]:
+        tasks = tasks_from_table(table[0], table[1], self.codec)
         if not orders_in_sql:
             tasks.sort(
                 key=lambda t: order_key(t.priority, t.eligible_at, t.seq, p.now, p.aging_secs)
             )
         return tasks
+
+    async def _claim(self, s: Session, p: ClaimParams, orders_in_sql: bool) -> list[Task]:
+        table = await s.fetch_table("claim", self._claim_values(p))
+        return self._claimed(table, p, orders_in_sql)
 
     async def _admit(self, s: Session, p: AdmitParams, orders_in_sql: bool) -> list[UUID]:
         params = self._p(
@@ -184,14 +193,16 @@ class SQLTx(QueryOps):
         """The store's ADMIT, inside this transaction (its notice goes at commit)."""
         return await self._admit(self._s, params, self._dialect.orders_in_sql)
 
-    async def claim_next(self, params: ClaimParams) -> list[Task]:
-        """The store's CLAIM, inside this transaction; a transaction that claimed anything
-        commits durably, even if its admission was relaxed (attempts start as it commits)."""
-        tasks = await self._claim(self._s, params, self._dialect.orders_in_sql)
-        if tasks and self._relaxed:
+    async def claim_next(self, params: ClaimParams) -> Later[list[Task]]:
+        """The store's CLAIM, inside this transaction, sent later (at the latest with the
+        COMMIT); a transaction that claims commits durably, even if its admission was relaxed
+        (attempts start as it commits)."""
+        if self._relaxed:
             await self._s.commit_durably()
             self._relaxed = False
-        return tasks
+        table = await self._s.fetch_table_later("claim", self._claim_values(params))
+        orders_in_sql = self._dialect.orders_in_sql
+        return table.map(lambda t: self._claimed(t, params, orders_in_sql))
 
     async def admit_ids(
         self, ids: Sequence[UUID], now: datetime, event: BulkEvent, agent: str | None = None

@@ -17,7 +17,7 @@ from uuid import UUID
 from ..domain.errors import AgentQueueError, StoreUnavailable
 from ..domain.models import Task
 from ..executors.base import Executor
-from ..store.base import WorkHints
+from ..store.base import Later, WorkHints
 from ..supervise import Outage, Supervisor
 from . import transitions
 from .running import Running
@@ -26,6 +26,8 @@ log = logging.getLogger("agentqueue.worker")
 
 Claim = Callable[[int, Sequence[str], Sequence[str]], Awaitable[list[Task]]]
 """Claim up to n tasks of these task types for these agents."""
+ClaimLater = Callable[[int, Sequence[str], Sequence[str]], Awaitable[Later[list[Task]]]]
+"""The same inside an admission's transaction: the claimed tasks arrive with its commit."""
 Start = Callable[[Task, Executor, float], None]
 """Start running a claimed task (given when its claim was sent, ``time.monotonic()``)."""
 
@@ -134,7 +136,7 @@ class Claimer:
             self.start(task, executor, sent)
 
     async def claim_within(
-        self, claim_in: Claim, agents: frozenset[str | None]
+        self, claim_in: ClaimLater, agents: frozenset[str | None]
     ) -> Callable[[bool], None]:
         """Claim with ``claim_in`` (inside an admission's transaction) for the free slots of
         the executors that can run what it admitted: those of ``agents``, and the handlers when
@@ -142,7 +144,7 @@ class Claimer:
         says how the transaction ended: committed, the tasks start; else they are dropped (the
         claims rolled back with it)."""
         sent = time.monotonic()
-        held: list[tuple[Executor, int, list[Task]]] = []
+        held: list[tuple[Executor, int, Later[list[Task]] | None]] = []
         try:
             for executor in self.executors:
                 if not (executor.name in agents or (None in agents and not executor.agents)):
@@ -151,19 +153,20 @@ class Claimer:
                 if free <= 0:
                     continue
                 self._reserved[executor.name] += free
-                held.append((executor, free, []))
-                tasks = await claim_in(free, sorted(executor.task_types), sorted(executor.agents))
-                held[-1] = (executor, free, tasks)
+                held.append((executor, free, None))
+                claimed = await claim_in(free, sorted(executor.task_types), sorted(executor.agents))
+                held[-1] = (executor, free, claimed)
         except BaseException:
             for executor, n, _ in held:
                 self._reserved[executor.name] -= n
             raise
 
         def end(committed: bool) -> None:
-            for executor, n, tasks in held:
+            for executor, n, claimed in held:
                 self._reserved[executor.name] -= n
-                if committed:
-                    self._begin(executor, tasks, sent)  # committed with the admission
+                if committed and claimed is not None:
+                    # The claim went with the admission's COMMIT: its answer is here.
+                    self._begin(executor, claimed.result(), sent)
             if committed and held:
                 self.on_claimed()
 

@@ -39,7 +39,7 @@ from ..service import threads
 from ..service.execution import Outcome, OutcomeKind
 from ..service.execution import claim_in as execution_claim_in
 from ..service.tools import take_tool_calls
-from ..store.base import Tx
+from ..store.base import Later, Tx
 from ..supervise import Supervisor, until_reachable
 from ..tracing import installed as tracing_installed
 from ..tracing import start_attempt
@@ -276,7 +276,9 @@ class Worker:
             return lambda committed: None
         rt = await self.queue.runtime()
 
-        async def claim_in(n: int, task_types: Sequence[str], of: Sequence[str]) -> list[Task]:
+        async def claim_in(
+            n: int, task_types: Sequence[str], of: Sequence[str]
+        ) -> Later[list[Task]]:
             return await execution_claim_in(tx, rt, n, self.id, task_types, of, now)
 
         return await self.claimer.claim_within(claim_in, agents)

@@ -155,7 +155,8 @@ async def test_claim_next_claims_inside_the_transaction(
     store: Store, rt: Runtime, clock: ManualClock
 ) -> None:
     """Tx.claim_next claims like Store.claim (claim order, limit, types) within the
-    transaction that admitted the tasks, and its writes roll back with it."""
+    transaction that admitted the tasks, and its writes roll back with it. Its answer can be
+    asked for inside the transaction, and arrives with the COMMIT otherwise."""
     low = await insert(rt, priority=3)
     high = await insert(rt, priority=1)
     await insert(rt, task_type="docs")
@@ -166,7 +167,7 @@ async def test_claim_next_claims_inside_the_transaction(
     try:
         async with store.transaction() as tx:
             await admit_next(tx, 10, now)
-            claimed = await tx.claim_next(params)
+            claimed = await (await tx.claim_next(params)).get()
             assert [t.id for t in claimed] == [high.id, low.id]
             assert all(t.state is TaskState.EXECUTING and t.lock_token for t in claimed)
             raise LookupError
@@ -175,7 +176,8 @@ async def test_claim_next_claims_inside_the_transaction(
     assert await store.count_by_state() == {TaskState.PENDING: 3}
     async with store.transaction() as tx:
         await admit_next(tx, 10, now)
-        [got] = await tx.claim_next(replace(params, limit=1))
+        later = await tx.claim_next(replace(params, limit=1))
+    [got] = later.result()
     [t] = await store.get_tasks([high.id])
     assert got.id == high.id and t.state is TaskState.EXECUTING and t.assigned_to == "w1"
     assert [e.action for e in await store.events(high.id)] == ["submit", "admit", "claim"]

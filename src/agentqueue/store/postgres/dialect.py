@@ -19,7 +19,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from ...domain.audit import installed_keys
 from ...domain.errors import StoreUnavailable
-from ..base import Notice
+from ..base import Later, NotArrived, Notice
 from ..errors import from_postgres
 from ..migrate import Migration
 from ..rows import Codec, Row, load_json_text
@@ -71,17 +71,37 @@ ADAPTERS.register_loader("json", JsonLoader)
 ADAPTERS.register_loader("jsonb", JsonLoader)
 
 
+class _Answer:
+    """Where a statement sent later leaves its column names and rows."""
+
+    def __init__(self) -> None:
+        self.cursor: psycopg.AsyncCursor[Any] | None = None
+        self.table: tuple[list[str], list[Sequence[Any]]] | None = None
+
+    def read(self) -> tuple[list[str], list[Sequence[Any]]]:
+        if self.table is None:
+            raise NotArrived("the statement's answer has not arrived: its transaction ended first")
+        return self.table
+
+
+Held = tuple[str, Mapping[str, Any] | None, _Answer | None]
+"""A statement held back: its name, its parameters, and where its answer goes (None: nobody
+reads it)."""
+
+
 class PostgresSession:
     """Named queries on one connection; driver errors leave it classified.
 
-    Statements whose answer nothing waits for (a transaction's BEGIN, the admission lock) are
-    held back and sent ahead of the next statement, in one pipeline: a round trip each saved.
-    The server still runs them in order, each statement with its own snapshot, so a count
-    read after the admission lock sees every admission committed before the lock was taken."""
+    Statements whose answer nothing waits for yet (a transaction's BEGIN, the admission lock, a
+    claim whose tasks start only once the transaction has committed) are held back and sent
+    ahead of the next statement, at the latest with the COMMIT, in one pipeline: a round trip
+    each saved. The server still runs them in order, each statement with its own snapshot, so
+    a count read after the admission lock sees every admission committed before the lock was
+    taken."""
 
-    def __init__(self, conn: Connection, ahead: Sequence[tuple[str, Mapping[str, Any]]] = ()):
+    def __init__(self, conn: Connection, ahead: Sequence[Held] = ()):
         self._conn = conn
-        self._ahead: list[tuple[str, Mapping[str, Any]]] = list(ahead)
+        self._ahead: list[Held] = list(ahead)
 
     async def _run(
         self, query: str, params: Mapping[str, Any] | None, cur: psycopg.AsyncCursor[Any]
@@ -101,10 +121,29 @@ class PostgresSession:
         ahead, self._ahead = self._ahead, []
         # The pipeline's end (its sync) brings every answer back; each cursor keeps its own.
         async with self._conn.pipeline():
-            for name, values in ahead:
-                await self._conn.execute(Q[name], values or None, prepare=name in PREPARED or None)
+            for name, values, answer in ahead:
+                if answer is None:
+                    await self._conn.execute(
+                        Q[name], values or None, prepare=name in PREPARED or None
+                    )
+                else:
+                    answer.cursor = self._conn.cursor(row_factory=tuple_row)
+                    await answer.cursor.execute(Q[name], values, prepare=name in PREPARED or None)
             for cur, query, params in statements:
                 await cur.execute(Q[query], params, prepare=query in PREPARED or None)
+        for _, _, answer in ahead:
+            if answer is not None and answer.cursor is not None:
+                cur = answer.cursor
+                names = [column.name for column in cur.description or ()]
+                answer.table = (names, list(await cur.fetchall()))
+
+    async def _send(self) -> None:
+        """Send what is held back now, if anything is."""
+        if self._ahead:
+            try:
+                await self._pipelined([])
+            except psycopg.Error as exc:
+                raise from_postgres(exc) from exc
 
     async def fetch_each(
         self, queries: Sequence[tuple[str, Mapping[str, Any] | None]]
@@ -141,6 +180,14 @@ class PostgresSession:
         except psycopg.Error as exc:
             raise from_postgres(exc) from exc
 
+    async def fetch_table_later(
+        self, query: str, params: Mapping[str, Any] | None = None
+    ) -> Later[tuple[list[str], list[Sequence[Any]]]]:
+        """Held back: sent with the next statement, at the latest with the COMMIT."""
+        answer = _Answer()
+        self._ahead.append((query, params, answer))
+        return Later(self._send, answer.read)
+
     async def execute(self, query: str, params: Mapping[str, Any] | None = None) -> int:
         """Rows touched by ``query``."""
         try:
@@ -153,19 +200,32 @@ class PostgresSession:
         """A transaction-scoped advisory lock: one admitter under limits at a time; relaxed,
         the transaction's commit does not wait for the disk. Sent with the next statement
         (every admission reads what is admitted next, under the lock)."""
-        self._ahead.append(("admission_lock", {"relaxed": relaxed}))
+        self._ahead.append(("admission_lock", {"relaxed": relaxed}, None))
 
     async def commit_durably(self) -> None:
-        """synchronous_commit back on, for this transaction."""
-        await self.execute("commit_durably")
+        """synchronous_commit back on, for this transaction: sent with the next statement or
+        the COMMIT."""
+        self._ahead.append(("commit_durably", None, None))
 
     async def end(self, commit: bool) -> None:
-        """COMMIT or ROLLBACK, if a statement was run. What is still held back is dropped:
-        a transaction that ran nothing (a lock with no statement after it guards nothing)
-        never sent its BEGIN, and ends without a round trip."""
+        """COMMIT, with what is still held back, or ROLLBACK, if a statement was run (or has
+        an answer waiting). A transaction that ran nothing (a lock with no statement after it
+        guards nothing) never sent its BEGIN, and ends without a round trip."""
+        began = self._conn.info.transaction_status != pq.TransactionStatus.IDLE
+        if commit and (began or any(a is not None for _, _, a in self._ahead)):
+            try:
+                await self.execute("commit")  # in one pipeline with what is held back
+            except BaseException:
+                # A statement that went with the COMMIT failed: the transaction is aborted,
+                # and ends here (a connection that cannot roll back is dropped by the pool).
+                if self._conn.info.transaction_status != pq.TransactionStatus.IDLE:
+                    with contextlib.suppress(Exception):
+                        await asyncio.shield(self.execute("rollback"))
+                raise
+            return
         self._ahead = []
-        if self._conn.info.transaction_status != pq.TransactionStatus.IDLE:
-            await self.execute("commit" if commit else "rollback")
+        if began:
+            await self.execute("rollback")
 
 
 RECONNECT_SERIES_SECS = 2.0
@@ -278,7 +338,7 @@ class PostgresDialect:
     async def transaction(self) -> AsyncIterator[PostgresSession]:
         """A transaction on a pooled connection. Its BEGIN goes with its first statement."""
         async with self._connection() as conn:
-            session = PostgresSession(conn, [("begin", {})])
+            session = PostgresSession(conn, [("begin", None, None)])
             try:
                 yield session
             except BaseException:

@@ -22,7 +22,7 @@ from uuid import UUID, uuid4
 
 from ...domain.audit import chain_hash, row_mac
 from ...domain.errors import InvalidInput, StoreError
-from ..base import CHANNEL_CHANGED, Notice
+from ..base import CHANNEL_CHANGED, Later, Notice
 from ..errors import from_sqlite
 from ..migrate import Migration
 from ..rows import Codec, Row, dump, load_json_text
@@ -200,6 +200,12 @@ class SQLiteSession:
     async def execute(self, query: str, params: Mapping[str, Any] | None = None) -> int:
         """Rows touched by ``query``."""
         return await self._conn.run(lambda c: c.execute(Q[query], params or {}).rowcount)
+
+    async def fetch_table_later(
+        self, query: str, params: Mapping[str, Any] | None = None
+    ) -> Later[tuple[list[str], list[Sequence[Any]]]]:
+        """Run now (the file is local: nothing to save by waiting)."""
+        return Later.now(await self.fetch_table(query, params))
 
     async def fetch_each(
         self, queries: Sequence[tuple[str, Mapping[str, Any] | None]]
