@@ -136,7 +136,7 @@ async def test_a_routed_admission_writes_what_decide_would(
     }
     event = bulk_event(Action.ADMIT, now, "scheduler", "fixer")
     async with queue.store.transaction() as tx:
-        ids = await tx.admit_ids([t.id for t in tasks], now, event, "fixer")
+        ids = await (await tx.admit_ids([t.id for t in tasks], now, event, "fixer")).get()
     assert set(ids) == set(wants)
     for task in await queue.store.get_tasks(ids):
         image, wanted = wants[task.id]

@@ -26,7 +26,7 @@ from agentqueue.config import Settings
 from agentqueue.domain.errors import InvalidInput, StoreError
 from agentqueue.domain.states import Action, TaskState, bulk_event
 from agentqueue.store import Store
-from agentqueue.store.base import AdmitParams, ClaimParams, NotArrived
+from agentqueue.store.base import AdmitParams, ClaimParams, NotArrived, TaskFilter
 
 pytestmark = pytest.mark.postgres
 
@@ -154,29 +154,49 @@ def _claim(now: datetime, limit: int = 10) -> ClaimParams:
     return ClaimParams(limit, now, bulk_event(Action.CLAIM, now, "w1"), 600.0, 30.0, 5.0)
 
 
-async def test_a_claim_inside_an_admission_goes_with_its_commit(store: Store, pg_url: str) -> None:
-    """BEGIN + lock + count; the admission; the claim + COMMIT: three round trips, and the
-    claimed tasks are read after the commit."""
+async def test_an_admission_and_its_claim_go_with_its_commit(store: Store, pg_url: str) -> None:
+    """BEGIN + lock + count; then the admission, the claim and the COMMIT: two round trips.
+    What the admission and the claim wrote is read after the commit."""
     await _pending(pg_url, 2)
     now = datetime.now(UTC)
     for _ in range(2):  # the second time, the connection has its statements prepared
         async with Trace(store) as trace, store.transaction() as tx:
             await tx.lock_admission(relaxed=False)
             assert (await tx.admission_room()).pending
-            assert len(await tx.admit_next(_admit(now, 1))) == 1
-            later = await tx.claim_next(_claim(now))
-            with pytest.raises(NotArrived):
-                later.result()  # held back until the COMMIT
-        assert [t.state for t in later.result()] == [TaskState.EXECUTING]
-    assert trace.round_trips == 3
-    # The last round trip binds two statements: the claim (prepared by now: bound by its
-    # name) and then the COMMIT.
+            admitted = await tx.admit_next(_admit(now, 1))
+            claimed = await tx.claim_next(_claim(now))
+            for later in (admitted, claimed):
+                with pytest.raises(NotArrived):
+                    later.result()  # held back until the COMMIT
+        assert len(admitted.result()) == 1
+        assert [t.id for t in claimed.result()] == admitted.result()
+        assert [t.state for t in claimed.result()] == [TaskState.EXECUTING]
+    assert trace.round_trips == 2
+    # The last round trip binds three statements: the admission and the claim (prepared by
+    # now: bound by name), then the COMMIT.
     last = trace.batches[-1]
-    claim, _ = [fields for fields in last if fields[2] == "Bind"]
+    admit, claim, _ = [fields for fields in last if fields[2] == "Bind"]
     [commit] = [fields for fields in last if fields[2] == "Parse"]
-    assert claim[3].split()[1] != '""' and commit[3].split()[1] == '"COMMIT"'
-    assert last.index(claim) < last.index(commit)
+    assert admit[3].split()[1] != claim[3].split()[1] != '""'
+    assert commit[3].split()[1] == '"COMMIT"' and last.index(claim) < last.index(commit)
     assert await store.count_by_state() == {TaskState.EXECUTING: 2}
+
+
+async def test_a_routed_admission_sends_its_writes_with_its_commit(
+    store: Store, pg_url: str
+) -> None:
+    """admit_ids and note_waiting (a routed pass's writes) and the claim go with the COMMIT."""
+    await _pending(pg_url, 4)
+    now = datetime.now(UTC)
+    ids = [t.id for t in (await store.list_tasks(TaskFilter(limit=10)))]
+    for batch in (ids[:2], ids[2:]):  # the second time, the statements are prepared
+        async with Trace(store) as trace, store.transaction() as tx:
+            event = bulk_event(Action.ADMIT, now, "scheduler")
+            admitted = await tx.admit_ids(batch[:1], now, event)
+            await tx.note_waiting({batch[1]: "no agent"}, now)
+            claimed = await tx.claim_next(_claim(now))
+        assert admitted.result() == batch[:1] == [t.id for t in claimed.result()]
+    assert trace.round_trips == 2  # BEGIN + admit_ids + note_waiting; the claim + COMMIT
 
 
 async def test_a_held_claim_is_dropped_with_a_rollback(store: Store, pg_url: str) -> None:
@@ -187,7 +207,7 @@ async def test_a_held_claim_is_dropped_with_a_rollback(store: Store, pg_url: str
     with pytest.raises(InvalidInput):
         async with store.transaction() as tx:
             await tx.lock_admission(relaxed=False)
-            assert len(await tx.admit_next(_admit(now))) == 1
+            assert len(await (await tx.admit_next(_admit(now))).get()) == 1
             later = await tx.claim_next(_claim(now))
             raise InvalidInput("boom")
     with pytest.raises(NotArrived):
@@ -205,10 +225,10 @@ async def test_a_claim_that_fails_with_the_commit_rolls_the_transaction_back(
     now = datetime.now(UTC)
     with pytest.raises(StoreError):
         async with store.transaction() as tx:
-            assert len(await tx.admit_next(_admit(now))) == 1
+            assert len(await (await tx.admit_next(_admit(now))).get()) == 1
             await tx.claim_next(_claim(now, limit=-1))
     assert await store.count_by_state() == {TaskState.PENDING: 1}
     async with store.transaction() as tx:
-        assert len(await tx.admit_next(_admit(now))) == 1
+        assert len(await (await tx.admit_next(_admit(now))).get()) == 1
         later = await tx.claim_next(_claim(now))
     assert len(later.result()) == 1

@@ -33,7 +33,7 @@ from ..pipelines import Route
 from ..service.load import Load
 from ..service.records import ADMITTER
 from ..service.runtime import Runtime
-from ..store.base import AdmitParams, Bucket, Candidate, CandidateQuery, Tx
+from ..store.base import AdmitParams, Bucket, Candidate, CandidateQuery, Later, Tx
 
 
 @dataclass(frozen=True)
@@ -305,7 +305,9 @@ async def admit_limited(rt: Runtime, limit: int, hand_over: HandOver | None = No
     """Admit under the configured caps, rate limits and fair share; return the ids admitted,
     best first. One transaction: counts, candidates, buckets and the admissions together, and,
     with ``hand_over``, the claims of the worker this scheduler runs in (its tasks start as the
-    admission commits, with no notice and no claim of their own to wait for)."""
+    admission commits, with no notice and no claim of their own to wait for). The admissions
+    and those claims are sent with the COMMIT (Tx.admit_next): what they wrote is read once it
+    has committed."""
     policy = AdmissionPolicy.from_settings(rt.settings)
     now = rt.clock.now()
     paused = sorted(await rt.paused_types())
@@ -315,14 +317,19 @@ async def admit_limited(rt: Runtime, limit: int, hand_over: HandOver | None = No
         async with rt.store.transaction() as tx:
             # An admission that may claim commits as claims do, waiting for the disk.
             relaxed = hand_over is None
-            admitted, agents = await _admit_in(tx, rt, policy, now, limit, paused, relaxed)
-            if admitted and hand_over is not None:
-                after = await hand_over(tx, now, agents)
+            admitting = await _admit_in(tx, rt, policy, now, limit, paused, relaxed)
+            if admitting is not None and hand_over is not None:
+                after = await hand_over(tx, now, admitting[1])
         committed = True
     finally:
         if after is not None:
             after(committed)
-    return admitted
+    return [] if admitting is None else admitting[0].result()
+
+
+Admitting = tuple[Later[list[UUID]], frozenset[str | None]]
+"""What an admission wrote (the ids admitted, best first: read once it has committed), and the
+agents it admitted to (None: no agent)."""
 
 
 async def _admit_in(
@@ -333,9 +340,9 @@ async def _admit_in(
     limit: int,
     paused: list[str],
     relaxed: bool,
-) -> tuple[list[UUID], frozenset[str | None]]:
-    """The admission of :func:`admit_limited`, inside its transaction: the ids admitted, and
-    the agents they went to (None: no agent). ``relaxed``: its commit need not wait."""
+) -> Admitting | None:
+    """The admission of :func:`admit_limited`, inside its transaction (None: nothing to
+    admit). ``relaxed``: its commit need not wait."""
     unrouted: frozenset[str | None] = frozenset({None})
     event = bulk_event(Action.ADMIT, now, ADMITTER)  # the fast path routes nothing
     await tx.lock_admission(relaxed)
@@ -345,7 +352,7 @@ async def _admit_in(
         counted = await tx.admission_room()
         room = capacity(policy, Load(counted.active, {}, {}), limit)
         if room == 0 or not counted.pending:
-            return [], unrouted  # a pass woken by a completion often finds nothing to admit
+            return None  # a pass woken by a completion often finds nothing to admit
         if not policy.fair_share or not counted.several_tenants:
             params = AdmitParams(room, now, policy.aging_secs, event, paused)
             return await tx.admit_next(params), unrouted
@@ -353,7 +360,7 @@ async def _admit_in(
     load = Load.count(rows)
     room = capacity(policy, load, limit)
     if room == 0:
-        return [], unrouted
+        return None
     names = policy.used_limits()
     stored = await tx.rate_buckets(names) if names else {}
     tokens = {name: policy.rates[name].refill(stored.get(name), now) for name in names}
@@ -361,7 +368,7 @@ async def _admit_in(
     full = full_types(policy, load, tokens, configured)
     per_tenant = min(limit, room + CANDIDATES_PER_TENANT)
     if not tenants:
-        return [], unrouted  # a pass woken by a completion often finds nothing to admit
+        return None  # a pass woken by a completion often finds nothing to admit
     candidates = await tx.admission_candidates(
         CandidateQuery(now, tenants, per_tenant, full, paused)
     )
@@ -380,13 +387,23 @@ async def _admit_in(
         lambda c: pipelines.route(c.kind, c),
         preemptible,
     )
-    written: set[UUID] = set()
-    for agent, ids in chosen.by_agent().items():
-        event = bulk_event(Action.ADMIT, now, ADMITTER, agent)
-        written.update(await tx.admit_ids(ids, now, event, agent))
-    admitted = [i for i in chosen.ids if i in written]
+    writes = [
+        await tx.admit_ids(ids, now, bulk_event(Action.ADMIT, now, ADMITTER, agent), agent)
+        for agent, ids in chosen.by_agent().items()
+    ]
     await tx.note_waiting(chosen.waiting, now + timedelta(seconds=ROUTE_RETRY_SECS))
+    order = chosen.ids
+
+    def admitted(groups: list[list[UUID]]) -> list[UUID]:
+        written = {i for group in groups for i in group}
+        return [i for i in order if i in written]
+
+    written = Later.each(writes).map(admitted)
     if names:
-        left = chosen.refund(admitted)
+        # The buckets keep the tokens of what was written (one round trip more, only with
+        # rate limits).
+        left = chosen.refund(await written.get())
         await tx.save_rate_buckets({name: Bucket(left[name], now) for name in names})
-    return admitted, frozenset(chosen.agents.get(i) for i in admitted)
+    if not chosen.ids:
+        return None
+    return written, frozenset(chosen.agents.get(i) for i in chosen.ids)

@@ -502,6 +502,16 @@ class Later(Generic[T]):
         await self._send()
         return self._read()
 
+    @classmethod
+    def each(cls, answers: Sequence[Later[T]]) -> Later[list[T]]:
+        """The answers together (of statements of one session)."""
+
+        async def send() -> None:
+            for answer in answers:
+                await answer._send()
+
+        return Later(send, lambda: [answer.result() for answer in answers])
+
     def map(self, convert: Callable[[T], U]) -> Later[U]:
         """The answer, converted (once) as it is read."""
         done: list[U] = []
@@ -537,8 +547,9 @@ class AdmissionTx(Protocol):
         first, under its lock, read together (one round trip)."""
         ...
 
-    async def admit_next(self, params: AdmitParams) -> list[UUID]:
-        """Store.admit (best ``limit`` admissible tasks, set-wise) inside this transaction."""
+    async def admit_next(self, params: AdmitParams) -> Later[list[UUID]]:
+        """Store.admit (best ``limit`` admissible tasks, set-wise) inside this transaction,
+        sent later (see claim_next): the ids admitted, in claim order."""
         ...
 
     async def claim_next(self, params: ClaimParams) -> Later[list[Task]]:
@@ -552,8 +563,9 @@ class AdmissionTx(Protocol):
 
     async def admit_ids(
         self, ids: Sequence[UUID], now: datetime, event: BulkEvent, agent: str | None = None
-    ) -> list[UUID]:
-        """ADMIT the tasks among ``ids`` still pending and due; return the ids admitted."""
+    ) -> Later[list[UUID]]:
+        """ADMIT the tasks among ``ids`` still pending and due, sent later (see claim_next):
+        the ids admitted, in the order given."""
         ...
 
     async def note_waiting(self, reasons: Mapping[UUID, str], until: datetime) -> None:

@@ -35,6 +35,15 @@ class Session(Protocol):
         """Run ``query`` for its effect; return how many rows it touched."""
         ...
 
+    async def fetch_later(
+        self, query: str, params: Mapping[str, Any] | None = None
+    ) -> Later[list[Row]]:
+        """Run ``query`` later (with the transaction's next statement, at the latest with its
+        COMMIT, where the database is across a network; else now); its rows, once it has run.
+        For a transaction's statements only (a session outside one has no COMMIT to wait
+        for)."""
+        ...
+
     async def fetch_table_later(
         self, query: str, params: Mapping[str, Any] | None = None
     ) -> Later[tuple[list[str], list[Sequence[Any]]]]:

@@ -32,6 +32,7 @@ from .base import (
 from .dialect import Dialect, Session
 from .rows import (
     Codec,
+    Row,
     anchor_params,
     bucket_rows,
     change_rows,
@@ -100,7 +101,7 @@ class QueryOps:
         table = await s.fetch_table("claim", self._claim_values(p))
         return self._claimed(table, p, orders_in_sql)
 
-    async def _admit(self, s: Session, p: AdmitParams, orders_in_sql: bool) -> list[UUID]:
+    def _admit_values(self, p: AdmitParams) -> dict[str, Any]:
         params = self._p(
             paused=list(p.paused),
             limit=p.limit,
@@ -110,7 +111,9 @@ class QueryOps:
             data=p.event.data_text,
         )
         params.update(self.codec.durations(aging=p.aging_secs))
-        rows = await s.fetch("admit", params)
+        return params
+
+    def _admitted(self, rows: list[Row], p: AdmitParams, orders_in_sql: bool) -> list[UUID]:
         if not orders_in_sql:
             at = self.codec.at
             rows.sort(
@@ -119,6 +122,10 @@ class QueryOps:
                 )
             )
         return [self.codec.uuid(row["id"]) for row in rows]
+
+    async def _admit(self, s: Session, p: AdmitParams, orders_in_sql: bool) -> list[UUID]:
+        rows = await s.fetch("admit", self._admit_values(p))
+        return self._admitted(rows, p, orders_in_sql)
 
 
 class SQLTx(QueryOps):
@@ -189,9 +196,11 @@ class SQLTx(QueryOps):
         first, last = row["first"], row["last"]
         return Room(int(row["n"]), first is not None, first != last)
 
-    async def admit_next(self, params: AdmitParams) -> list[UUID]:
-        """The store's ADMIT, inside this transaction (its notice goes at commit)."""
-        return await self._admit(self._s, params, self._dialect.orders_in_sql)
+    async def admit_next(self, params: AdmitParams) -> Later[list[UUID]]:
+        """The store's ADMIT, inside this transaction, sent later (its notice goes at commit)."""
+        rows = await self._s.fetch_later("admit", self._admit_values(params))
+        orders_in_sql = self._dialect.orders_in_sql
+        return rows.map(lambda r: self._admitted(r, params, orders_in_sql))
 
     async def claim_next(self, params: ClaimParams) -> Later[list[Task]]:
         """The store's CLAIM, inside this transaction, sent later (at the latest with the
@@ -206,10 +215,10 @@ class SQLTx(QueryOps):
 
     async def admit_ids(
         self, ids: Sequence[UUID], now: datetime, event: BulkEvent, agent: str | None = None
-    ) -> list[UUID]:
-        """ADMIT the chosen rows still pending, with their events."""
+    ) -> Later[list[UUID]]:
+        """ADMIT the chosen rows still pending, with their events; sent later."""
         if not ids:
-            return []
+            return Later.now([])
         params = self._p(
             agent=agent,
             ids=list(ids),
@@ -218,8 +227,14 @@ class SQLTx(QueryOps):
             tail=event.tail,
             data=event.data_text,
         )
-        admitted = {self.codec.uuid(r["id"]) for r in await self._s.fetch("admit_ids", params)}
-        return [i for i in ids if i in admitted]
+        rows = await self._s.fetch_later("admit_ids", params)
+        uuid = self.codec.uuid
+
+        def admitted(found: list[Row]) -> list[UUID]:
+            written = {uuid(r["id"]) for r in found}
+            return [i for i in ids if i in written]
+
+        return rows.map(admitted)
 
     async def note_waiting(self, reasons: Mapping[UUID, str], until: datetime) -> None:
         """One statement for all."""

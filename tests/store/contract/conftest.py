@@ -111,7 +111,7 @@ async def admit(store: Store, limit: int, now: datetime, *args: Any, **kw: Any) 
 
 async def admit_next(tx: Tx, limit: int, now: datetime, *args: Any, **kw: Any) -> list[UUID]:
     """``Tx.admit_next`` (arguments as ``admit_params``)."""
-    return await tx.admit_next(admit_params(limit, now, *args, **kw))
+    return await (await tx.admit_next(admit_params(limit, now, *args, **kw))).get()
 
 
 async def admission_candidates(
@@ -178,7 +178,9 @@ async def reclaimed(rt: Runtime, clock: ManualClock, old: Task, worker: str = "w
     clock.set(max(clock.now(), back.run_after))
     assert old.id in {t.id for t in await promote_due_retries(rt)}
     async with rt.store.transaction() as tx:
-        assert await tx.admit_ids([old.id], clock.now(), bulk_event(Action.ADMIT, clock.now(), "s"))
+        assert await (
+            await tx.admit_ids([old.id], clock.now(), bulk_event(Action.ADMIT, clock.now(), "s"))
+        ).get()
     [new] = await claim(rt.store, 1, clock.now(), worker=worker, task_types=[old.task_type])
     assert new.id == old.id and new.lock_token not in (None, old.lock_token)
     return new

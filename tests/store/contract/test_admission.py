@@ -197,7 +197,10 @@ async def test_active_load_groups_admitted_work_by_tenant_and_agent(
     now = clock.now()
     async with store.transaction() as tx:
         event = bulk_event(Action.ADMIT, now, "s", "alice")
-        assert set(await tx.admit_ids([a1.id, a2.id], now, event, "alice")) == {a1.id, a2.id}
+        assert set(await (await tx.admit_ids([a1.id, a2.id], now, event, "alice")).get()) == {
+            a1.id,
+            a2.id,
+        }
         load = await load_of(tx)
     assert load == [LoadRow("a", None, 1), LoadRow("a", "alice", 2)]
     read = sorted(await store.active_load(), key=lambda r: (r.tenant, r.agent or ""))
@@ -269,8 +272,8 @@ async def test_admit_ids_admits_only_pending_due_tasks_with_the_agent(
     event = bulk_event(Action.ADMIT, now, "scheduler", "alice")
     async with store.transaction() as tx:
         ids = [due.id, queued.id, later.id, uuid.uuid4()]
-        assert await tx.admit_ids(ids, now, event, "alice") == [due.id]
-        assert await tx.admit_ids([], now, event) == []
+        assert await (await tx.admit_ids(ids, now, event, "alice")).get() == [due.id]
+        assert await (await tx.admit_ids([], now, event)).get() == []
     [t] = await store.get_tasks([due.id])
     assert t.state is TaskState.QUEUED and t.agent == "alice"
     last = (await store.events(due.id))[-1]
@@ -288,7 +291,7 @@ async def test_preemptible_counts_long_running_low_priority_work_by_agent(
         task = await insert(rt, priority=priority, task_type="run")
         async with store.transaction() as tx:
             event = bulk_event(Action.ADMIT, start, "s", "alice")
-            await tx.admit_ids([task.id], start, event, "alice")
+            await (await tx.admit_ids([task.id], start, event, "alice")).get()
     await insert(rt, admitted=True, task_type="run")  # no agent: never counted
     await claim(store, 10, start, agents=["alice"])
     async with store.transaction() as tx:

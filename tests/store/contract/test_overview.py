@@ -103,7 +103,9 @@ async def test_list_tasks_filters_by_agent_and_by_text_in_title_or_source_id(
     b = await insert(rt, title="docs", source="issue", source_id="octo/other#7")
     now = rt.clock.now()
     async with store.transaction() as tx:
-        admitted = await tx.admit_ids([b.id], now, bulk_event(Action.ADMIT, now, "s"), "fixer")
+        admitted = await (
+            await tx.admit_ids([b.id], now, bulk_event(Action.ADMIT, now, "s"), "fixer")
+        ).get()
     assert admitted == [b.id]
     by_text = await store.list_tasks(TaskFilter(text="PARSER"))
     assert [t.id for t in by_text] == [a.id]

@@ -474,7 +474,11 @@ async def test_claim_honours_types_paused_types_and_agents(
     routed = await insert(rt, task_type="review")
     now = clock.now()
     async with store.transaction() as tx:
-        await tx.admit_ids([routed.id], now, bulk_event(Action.ADMIT, now, "s", "alice"), "alice")
+        await (
+            await tx.admit_ids(
+                [routed.id], now, bulk_event(Action.ADMIT, now, "s", "alice"), "alice"
+            )
+        ).get()
     assert [t.id for t in await claim(store, 5, now, task_types=["docs"])] == [docs.id]
     assert await claim(store, 5, now, paused=["bugfix", "review"]) == []
     assert await claim(store, 5, now, task_types=["review"], agents=["bob"]) == []

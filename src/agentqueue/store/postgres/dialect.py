@@ -72,16 +72,34 @@ ADAPTERS.register_loader("jsonb", JsonLoader)
 
 
 class _Answer:
-    """Where a statement sent later leaves its column names and rows."""
+    """Where a statement sent later leaves its answer: its rows (as dicts), or with ``table``
+    its column names and rows as tuples (see fetch_table)."""
 
-    def __init__(self) -> None:
+    def __init__(self, table: bool) -> None:
+        self.table = table
         self.cursor: psycopg.AsyncCursor[Any] | None = None
-        self.table: tuple[list[str], list[Sequence[Any]]] | None = None
+        self.value: Any = None
+        self.arrived = False
 
-    def read(self) -> tuple[list[str], list[Sequence[Any]]]:
-        if self.table is None:
+    def open(self, conn: Connection) -> psycopg.AsyncCursor[Any]:
+        self.cursor = conn.cursor(row_factory=tuple_row) if self.table else conn.cursor()
+        return self.cursor
+
+    async def take(self) -> None:
+        """Read the answer from the cursor, once the pipeline has brought it."""
+        if self.cursor is None:
+            return
+        rows = list(await self.cursor.fetchall())
+        if self.table:
+            self.value = ([column.name for column in self.cursor.description or ()], rows)
+        else:
+            self.value = rows
+        self.arrived = True
+
+    def read(self) -> Any:
+        if not self.arrived:
             raise NotArrived("the statement's answer has not arrived: its transaction ended first")
-        return self.table
+        return self.value
 
 
 Held = tuple[str, Mapping[str, Any] | None, _Answer | None]
@@ -127,15 +145,13 @@ class PostgresSession:
                         Q[name], values or None, prepare=name in PREPARED or None
                     )
                 else:
-                    answer.cursor = self._conn.cursor(row_factory=tuple_row)
-                    await answer.cursor.execute(Q[name], values, prepare=name in PREPARED or None)
+                    cursor = answer.open(self._conn)
+                    await cursor.execute(Q[name], values, prepare=name in PREPARED or None)
             for cur, query, params in statements:
                 await cur.execute(Q[query], params, prepare=query in PREPARED or None)
         for _, _, answer in ahead:
-            if answer is not None and answer.cursor is not None:
-                cur = answer.cursor
-                names = [column.name for column in cur.description or ()]
-                answer.table = (names, list(await cur.fetchall()))
+            if answer is not None:
+                await answer.take()
 
     async def _send(self) -> None:
         """Send what is held back now, if anything is."""
@@ -180,11 +196,19 @@ class PostgresSession:
         except psycopg.Error as exc:
             raise from_postgres(exc) from exc
 
+    async def fetch_later(
+        self, query: str, params: Mapping[str, Any] | None = None
+    ) -> Later[list[Row]]:
+        """Held back: sent with the next statement, at the latest with the COMMIT."""
+        answer = _Answer(table=False)
+        self._ahead.append((query, params, answer))
+        return Later(self._send, answer.read)
+
     async def fetch_table_later(
         self, query: str, params: Mapping[str, Any] | None = None
     ) -> Later[tuple[list[str], list[Sequence[Any]]]]:
         """Held back: sent with the next statement, at the latest with the COMMIT."""
-        answer = _Answer()
+        answer = _Answer(table=True)
         self._ahead.append((query, params, answer))
         return Later(self._send, answer.read)
 

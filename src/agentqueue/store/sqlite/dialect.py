@@ -201,6 +201,12 @@ class SQLiteSession:
         """Rows touched by ``query``."""
         return await self._conn.run(lambda c: c.execute(Q[query], params or {}).rowcount)
 
+    async def fetch_later(
+        self, query: str, params: Mapping[str, Any] | None = None
+    ) -> Later[list[Row]]:
+        """Run now (the file is local: nothing to save by waiting)."""
+        return Later.now(await self.fetch(query, params))
+
     async def fetch_table_later(
         self, query: str, params: Mapping[str, Any] | None = None
     ) -> Later[tuple[list[str], list[Sequence[Any]]]]:
