@@ -439,6 +439,59 @@ async def test_claims_go_out_one_at_a_time_until_one_comes_back_full(queue: Asyn
     assert len(claimer.claiming) == 4
 
 
+async def test_a_full_claim_sent_before_a_short_one_came_back_keeps_the_probing(
+    queue: AsyncQueue,
+) -> None:
+    """Claims in flight come back in any order. One that comes back full after another came
+    back short was sent before that news: it does not end the probing (the next news of work
+    gets one claim, not ``in_flight`` racing for it)."""
+    await queue.submit_many([{"title": f"t{i}", "task_type": "bugfix"} for i in range(7)])
+    await queue.admit()
+    started: list[Task] = []
+    full_may_return = asyncio.Event()
+    all_back = asyncio.Event()
+    back: list[int] = []
+
+    async def claim(n: int, types: Any, agents: Any) -> list[Task]:
+        tasks = await queue.claim(n, "w1", types, agents)
+        if not full_may_return.is_set():
+            back.append(len(tasks))
+            if len(back) == 4:
+                all_back.set()  # every short one has been taken in by now
+            if len(tasks) == n:
+                await full_may_return.wait()
+        return tasks
+
+    async def hints() -> Any:
+        return await queue.store.work_hints(queue.clock.now())
+
+    claimer = Claimer(
+        claim, hints, [Slots(max_concurrent=100)], {}, lambda t, _e, _s: started.append(t),
+        Supervisor(log), concurrency=100, batch=2, in_flight=4, on_dry=lambda: None,
+        on_claimed=lambda: None,
+    )  # fmt: skip
+    jobs = claimer.jobs
+    full_may_return.set()
+    claimer.fill()
+    await jobs.wait_all(claimer.claiming)
+    assert len(started) == 2  # full: claims in flight again
+    full_may_return.clear()
+    claimer.fill()
+    assert len(claimer.claiming) == 4  # 8 slots asked for 5 tasks: some come back short
+    async with asyncio.timeout(30):
+        await all_back.wait()
+    assert 2 in back and min(back) < 2  # the full ones come back after a short one
+    full_may_return.set()
+    await jobs.wait_all(claimer.claiming)
+    assert len(started) == 7
+    await queue.submit_many([{"title": f"n{i}", "task_type": "bugfix"} for i in range(3)])
+    await queue.admit()
+    claimer.work_arrived()
+    claimer.fill()
+    assert len(claimer.claiming) == 1
+    await jobs.wait_all(claimer.claiming)
+
+
 async def test_claims_within_an_admission_start_when_it_commits_and_hold_their_slots(
     queue: AsyncQueue,
 ) -> None:

@@ -54,6 +54,8 @@ class Claimer:
     _reserved: dict[str, int] = field(init=False)
     _empty: set[str] = field(default_factory=set, init=False)
     _probing: set[str] = field(init=False)
+    _dry_seen: dict[str, float] = field(default_factory=dict, init=False)
+    """When each executor's last claim came back short (``time.monotonic()``)."""
     """Executors whose last claim came back short: one claim at a time until one comes back
     full (a notice of one task is then one claim, not ``in_flight`` of them racing for it)."""
     _flying: dict[str, int] = field(init=False)
@@ -123,9 +125,12 @@ class Claimer:
         if len(tasks) < n:
             self._empty.add(executor.name)
             self._probing.add(executor.name)
+            self._dry_seen[executor.name] = time.monotonic()
             self.on_dry()  # the queue ran dry here: admit what is pending
-        else:
-            self._probing.discard(executor.name)  # more may be waiting: claims in flight again
+        elif sent > self._dry_seen.get(executor.name, float("-inf")):
+            # More may be waiting: claims in flight again. A full claim sent before a short
+            # one came back says nothing newer than it: it does not end the probing.
+            self._probing.discard(executor.name)
         self.on_claimed()
 
     def _begin(self, executor: Executor, tasks: list[Task], sent: float) -> None:
