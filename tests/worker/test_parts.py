@@ -412,6 +412,15 @@ def claimer_on(queue: AsyncQueue, executor: Slots, started: list[Task], **option
     )  # fmt: skip
 
 
+async def claims_on_news(queue: AsyncQueue, claimer: Claimer) -> int:
+    """Three more tasks queued and the news of them told: how many claims go out."""
+    await queue.submit_many([{"title": f"n{i}", "task_type": "bugfix"} for i in range(3)])
+    await queue.admit()
+    claimer.work_arrived()
+    claimer.fill()
+    return len(claimer.claiming)
+
+
 async def test_claims_go_out_one_at_a_time_until_one_comes_back_full(queue: AsyncQueue) -> None:
     """Knowing nothing of the queue, or after a claim came back short, the claimer sends one
     claim (a notice of one task is not four claims racing for it); once a claim comes back
@@ -429,11 +438,7 @@ async def test_claims_go_out_one_at_a_time_until_one_comes_back_full(queue: Asyn
     assert len(claimer.claiming) == 4
     await jobs.wait_all(claimer.claiming)
     assert len(started) == 9  # the last came back short (one of two)
-    await queue.submit_many([{"title": f"n{i}", "task_type": "bugfix"} for i in range(3)])
-    await queue.admit()
-    claimer.work_arrived()
-    claimer.fill()
-    assert len(claimer.claiming) == 1
+    assert await claims_on_news(queue, claimer) == 1
     await jobs.wait_all(claimer.claiming)
     claimer.fill()
     assert len(claimer.claiming) == 4
@@ -484,11 +489,7 @@ async def test_a_full_claim_sent_before_a_short_one_came_back_keeps_the_probing(
     full_may_return.set()
     await jobs.wait_all(claimer.claiming)
     assert len(started) == 7
-    await queue.submit_many([{"title": f"n{i}", "task_type": "bugfix"} for i in range(3)])
-    await queue.admit()
-    claimer.work_arrived()
-    claimer.fill()
-    assert len(claimer.claiming) == 1
+    assert await claims_on_news(queue, claimer) == 1
     await jobs.wait_all(claimer.claiming)
 
 
