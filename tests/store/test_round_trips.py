@@ -18,12 +18,13 @@ import tempfile
 from datetime import UTC, datetime
 from typing import Any
 
+import psycopg
 import pytest
 from psycopg import pq
 
 from agentqueue import AsyncQueue
 from agentqueue.config import Settings
-from agentqueue.domain.errors import InvalidInput, StoreError
+from agentqueue.domain.errors import InvalidInput, StoreError, StoreUnavailable
 from agentqueue.domain.states import Action, TaskState, bulk_event
 from agentqueue.store import Store
 from agentqueue.store.base import AdmitParams, ClaimParams, NotArrived, TaskFilter
@@ -232,3 +233,32 @@ async def test_a_claim_that_fails_with_the_commit_rolls_the_transaction_back(
         assert len(await (await tx.admit_next(_admit(now))).get()) == 1
         later = await tx.claim_next(_claim(now))
     assert len(later.result()) == 1
+
+
+async def test_an_admission_whose_connection_dies_before_its_commit_writes_and_claims_nothing(
+    store: Store, pg_url: str
+) -> None:
+    """The server ends the admission's connection (as a restart would) while its admission and
+    claim are still held back: the COMMIT's pipeline fails as the database being away, neither
+    answer arrives, nothing is written, and the pool's one connection is replaced for the next
+    transaction."""
+    await _pending(pg_url, 1)
+    now = datetime.now(UTC)
+    with pytest.raises(StoreUnavailable):
+        async with store.transaction() as tx:
+            assert (await tx.admission_room()).pending  # the transaction is open on the server
+            admitted = await tx.admit_next(_admit(now))
+            claimed = await tx.claim_next(_claim(now))
+            async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as other:
+                await other.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
+    for later in (admitted, claimed):
+        with pytest.raises(NotArrived):
+            later.result()
+    assert await store.count_by_state() == {TaskState.PENDING: 1}
+    async with store.transaction() as tx:
+        admitted = await tx.admit_next(_admit(now))
+        claimed = await tx.claim_next(_claim(now))
+    assert len(admitted.result()) == 1 and len(claimed.result()) == 1

@@ -301,6 +301,11 @@ routed to no agent), claim in it what the worker running this scheduler has room
 what to do once the transaction has ended (True: committed)."""
 
 
+Admitting = tuple[Later[list[UUID]], frozenset[str | None]]
+"""What an admission wrote (the ids admitted, best first: read once it has committed), and the
+agents it admitted to (None: no agent)."""
+
+
 async def admit_limited(rt: Runtime, limit: int, hand_over: HandOver | None = None) -> list[UUID]:
     """Admit under the configured caps, rate limits and fair share; return the ids admitted,
     best first. One transaction: counts, candidates, buckets and the admissions together, and,
@@ -312,6 +317,7 @@ async def admit_limited(rt: Runtime, limit: int, hand_over: HandOver | None = No
     now = rt.clock.now()
     paused = sorted(await rt.paused_types())
     after: Callable[[bool], None] | None = None
+    admitting: Admitting | None = None
     committed = False
     try:
         async with rt.store.transaction() as tx:
@@ -325,11 +331,6 @@ async def admit_limited(rt: Runtime, limit: int, hand_over: HandOver | None = No
         if after is not None:
             after(committed)
     return [] if admitting is None else admitting[0].result()
-
-
-Admitting = tuple[Later[list[UUID]], frozenset[str | None]]
-"""What an admission wrote (the ids admitted, best first: read once it has committed), and the
-agents it admitted to (None: no agent)."""
 
 
 async def _admit_in(

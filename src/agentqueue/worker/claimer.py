@@ -54,10 +54,10 @@ class Claimer:
     _reserved: dict[str, int] = field(init=False)
     _empty: set[str] = field(default_factory=set, init=False)
     _probing: set[str] = field(init=False)
-    _dry_seen: dict[str, float] = field(default_factory=dict, init=False)
-    """When each executor's last claim came back short (``time.monotonic()``)."""
     """Executors whose last claim came back short: one claim at a time until one comes back
     full (a notice of one task is then one claim, not ``in_flight`` of them racing for it)."""
+    _dry_seen: dict[str, float] = field(default_factory=dict, init=False)
+    """When each executor's last claim came back short (``time.monotonic()``)."""
     _flying: dict[str, int] = field(init=False)
     _claiming: set[asyncio.Task[None]] = field(default_factory=set, init=False)
     _outage: Outage = field(default_factory=lambda: Outage(log), init=False)

@@ -196,21 +196,23 @@ class PostgresSession:
         except psycopg.Error as exc:
             raise from_postgres(exc) from exc
 
+    def _hold(self, query: str, params: Mapping[str, Any] | None, table: bool) -> Later[Any]:
+        """Hold ``query`` back until the next statement, at the latest the COMMIT."""
+        answer = _Answer(table)
+        self._ahead.append((query, params, answer))
+        return Later(self._send, answer.read)
+
     async def fetch_later(
         self, query: str, params: Mapping[str, Any] | None = None
     ) -> Later[list[Row]]:
-        """Held back: sent with the next statement, at the latest with the COMMIT."""
-        answer = _Answer(table=False)
-        self._ahead.append((query, params, answer))
-        return Later(self._send, answer.read)
+        """Rows of ``query``, held back (see _hold)."""
+        return self._hold(query, params, table=False)
 
     async def fetch_table_later(
         self, query: str, params: Mapping[str, Any] | None = None
     ) -> Later[tuple[list[str], list[Sequence[Any]]]]:
-        """Held back: sent with the next statement, at the latest with the COMMIT."""
-        answer = _Answer(table=True)
-        self._ahead.append((query, params, answer))
-        return Later(self._send, answer.read)
+        """Column names and rows of ``query``, held back (see _hold)."""
+        return self._hold(query, params, table=True)
 
     async def execute(self, query: str, params: Mapping[str, Any] | None = None) -> int:
         """Rows touched by ``query``."""
