@@ -23,6 +23,7 @@ from uuid import UUID
 from ..domain.audit import canonical_json
 from ..domain.models import Task
 from ..domain.retry import exception_is_retryable
+from ..domain.values import json_copy
 from ..logsetup import mask
 from .base import AttemptControl, AttemptEnd, AttemptResult, LogChunk, ToolCallRequest
 
@@ -246,7 +247,7 @@ class HandlerExecutor:
         """Run the handler of ``task.task_type`` until it returns, raises, times out or is
         cancelled."""
         handler = self._handlers[task.task_type]
-        own = task.evolve(payload=copy.deepcopy(task.payload))
+        own = task.evolve(payload=json_copy(task.payload))
         ctx = TaskContext(own, control, lambda: self._request_heartbeat(task.id))
         if is_async_callable(handler):
             return await self._run_async(handler, own, ctx, control)

@@ -425,7 +425,7 @@ class Worker:
         running = Running(task, executor, control, renewed_at=claimed_at)
         self.summary.claimed(task)
         self._running[task.id] = running
-        running.job = self.jobs.start(self._attempt(running), f"agentqueue-{task.id}")
+        running.job = self.jobs.start(self._attempt(running), "agentqueue-" + task.id_text)
 
     async def _attempt(self, running: Running) -> None:
         task, control = running.task, running.control
@@ -451,6 +451,8 @@ class Worker:
             self._wake.set()
 
     def _records(self, task: Task, result: AttemptResult) -> tuple[LogRecord, ...]:
+        if not result.logs:
+            return ()
         now = self.queue.clock.now()
         attempt = task.retry_count + 1
         return tuple(

@@ -61,7 +61,7 @@ def claimed(tasks: Iterable[Task]) -> None:
     _emit(
         [
             {
-                "task_id": str(task.id),
+                "task_id": task.id_text,
                 "task_type": task.task_type,
                 "agent": task.agent,
                 "attempt": task.retry_count + 1,
@@ -86,7 +86,7 @@ def recorded(batch: Sequence[Outcome], done: Mapping[UUID, Task | Refusal]) -> N
         if before is None or answer is None or isinstance(answer, Refusal):
             continue
         item = {
-            "task_id": str(answer.id),
+            "task_id": answer.id_text,
             "task_type": answer.task_type,
             "agent": answer.agent,
             "attempt": before.retry_count + 1,
