@@ -180,14 +180,15 @@ async def test_tasks_that_exist_before_the_migration_are_in_the_depth(
     pg_url: str, clock: ManualClock
 ) -> None:
     """A database with live tasks whose migration 0012 objects are dropped, then made again by
-    that migration's own script: the depth is seeded from the table, then kept by the trigger."""
+    that migration's own script (and 0021's, which replaces its trigger function): the depth is
+    seeded from the table, then kept by the trigger and the statements that count their own."""
     async with AsyncQueue(pg_url, clock=clock) as q:
         for i in range(5):
             await q.submit(title=f"t{i}", task_type="docs", payload={})
         await q.claim(2, "w1")
-    script = (
-        resources.files("agentqueue") / "store" / "postgres" / "migrations" / "0012_metrics.sql"
-    ).read_text()
+    folder = resources.files("agentqueue") / "store" / "postgres" / "migrations"
+    script = (folder / "0012_metrics.sql").read_text()
+    counted_writes = (folder / "0021_counted_writes.sql").read_text()
     with psycopg.connect(pg_url, autocommit=True) as conn:
         conn.execute(
             "DROP TRIGGER aq_events_metrics ON aq_events;"
@@ -195,6 +196,7 @@ async def test_tasks_that_exist_before_the_migration_are_in_the_depth(
             " DROP TABLE aq_metric_counts, aq_workers;"
         )
         conn.execute(script.encode())
+        conn.execute(counted_writes.encode())
     async with AsyncQueue(pg_url, clock=clock) as q:
         await assert_depth_is_stats(q)
         [claimed] = await q.claim(1, "w1")

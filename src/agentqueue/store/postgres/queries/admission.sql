@@ -45,13 +45,24 @@ WITH picked AS (
     SELECT u.id, u.event_seq, u.tenant, %(now)s, 'pending', 'queued', 'admit', %(actor)s, '',
         %(data)s::json, u.last_hash, u.row_mac
     FROM upd u
+), counted AS (
+    -- The depth of these events (pending to queued), as aq_metrics_rollup counts it (migration
+    -- 0021).
+    INSERT INTO aq_metric_counts AS m (writer, tenant, task_type, agent, metric, label, n, total)
+    SELECT pg_backend_pid()::text, u.tenant, '', '', 'depth', d.state, sum(d.delta), 0
+    FROM upd u CROSS JOIN (VALUES ('pending', -1), ('queued', 1)) AS d(state, delta)
+    GROUP BY u.tenant, d.state
+    ON CONFLICT (writer, tenant, task_type, agent, metric, label)
+    DO UPDATE SET n = m.n + EXCLUDED.n, total = m.total + EXCLUDED.total
 ), notified AS (
     -- One NOTIFY for the whole batch, sent when the statement commits ('p0' if it has one).
     SELECT pg_notify('aq_queued', CASE WHEN bool_or(priority = 0) THEN 'p0' ELSE '' END)
     FROM upd HAVING count(*) > 0
 )
--- Selecting the count keeps the planner from dropping the notice as an unused join.
+-- Selecting the count keeps the planner from dropping the notice as an unused join; the
+-- mark says this statement counted its events (see execution.sql, claim).
 SELECT id, n.sent FROM upd CROSS JOIN (SELECT count(*) AS sent FROM notified) AS n
+CROSS JOIN (SELECT set_config('agentqueue.counted', 'on', true)) AS counted_mark
 ORDER BY
     (priority <> 0),
     CASE WHEN priority = 0 THEN 0 ELSE GREATEST(1, priority - floor(
@@ -173,12 +184,22 @@ WITH upd AS (
     SELECT u.id, u.event_seq, u.tenant, %(now)s, 'pending', 'queued', 'admit', %(actor)s, '',
         %(data)s::json, u.last_hash, u.row_mac
     FROM upd u
+), counted AS (
+    -- The depth of these events (pending to queued), as aq_metrics_rollup counts it (migration
+    -- 0021).
+    INSERT INTO aq_metric_counts AS m (writer, tenant, task_type, agent, metric, label, n, total)
+    SELECT pg_backend_pid()::text, u.tenant, '', '', 'depth', d.state, sum(d.delta), 0
+    FROM upd u CROSS JOIN (VALUES ('pending', -1), ('queued', 1)) AS d(state, delta)
+    GROUP BY u.tenant, d.state
+    ON CONFLICT (writer, tenant, task_type, agent, metric, label)
+    DO UPDATE SET n = m.n + EXCLUDED.n, total = m.total + EXCLUDED.total
 ), notified AS (
     -- Workers hear of it when the transaction commits ('p0' if it has one).
     SELECT pg_notify('aq_queued', CASE WHEN bool_or(priority = 0) THEN 'p0' ELSE '' END)
     FROM upd HAVING count(*) > 0
 )
 SELECT id, n.sent FROM upd CROSS JOIN (SELECT count(*) AS sent FROM notified) AS n
+CROSS JOIN (SELECT set_config('agentqueue.counted', 'on', true)) AS counted_mark
 
 -- name: note_waiting
 -- Record why pending tasks wait, and set them aside until a time.

@@ -19,9 +19,10 @@ RETURNING t.id
 -- name: claim
 -- CLAIM the best queued tasks for a worker, set-wise; returns them as claimed.
 WITH picked AS (
-    SELECT t.ctid FROM generate_series(0, 9) AS lv(priority)
+    SELECT t.ctid, t.id, t.first FROM generate_series(0, 9) AS lv(priority)
     CROSS JOIN LATERAL (
-        SELECT ctid, priority, eligible_at, seq FROM aq_tasks
+        -- first: never started before (only a claim sets started_at): its latency is counted.
+        SELECT ctid, id, started_at IS NULL AS first, priority, eligible_at, seq FROM aq_tasks
         WHERE state = 'queued' AND priority = lv.priority
           AND (%(task_types)s::text[] IS NULL OR task_type = ANY(%(task_types)s::text[]))
           -- A task routed to an agent goes to that agent's executors only (R14).
@@ -67,8 +68,29 @@ WITH picked AS (
         aq_row_mac(u.last_hash, u.state, u.priority, u.payload::text, u.result::text,
                    u.assigned_to, u.approved_by, u.retry_count)
     FROM upd u
+), counted AS (
+    -- The metrics of these events, as aq_metrics_rollup counts them (migration 0021): the
+    -- latency of each first start, and the depth (queued to executing).
+    INSERT INTO aq_metric_counts AS m (writer, tenant, task_type, agent, metric, label, n, total)
+    SELECT pg_backend_pid()::text, u.tenant, u.task_type, coalesce(u.agent, ''), 'latency',
+        aq_metric_bucket(s.v), count(*), sum(s.v)
+    FROM upd u JOIN picked p ON p.id = u.id
+    CROSS JOIN LATERAL (
+        SELECT extract(epoch FROM %(now)s::timestamptz - u.created_at)::double precision AS v
+    ) s
+    WHERE p.first
+    GROUP BY u.tenant, u.task_type, u.agent, aq_metric_bucket(s.v)
+    UNION ALL
+    SELECT pg_backend_pid()::text, u.tenant, '', '', 'depth', d.state, sum(d.delta), 0
+    FROM upd u CROSS JOIN (VALUES ('queued', -1), ('executing', 1)) AS d(state, delta)
+    GROUP BY u.tenant, d.state
+    ON CONFLICT (writer, tenant, task_type, agent, metric, label)
+    DO UPDATE SET n = m.n + EXCLUDED.n, total = m.total + EXCLUDED.total
 )
-SELECT * FROM upd
+-- The mark that this statement counted its events (read and cleared by the trigger as the
+-- statement ends); with no row claimed it is not set and the trigger counts nothing.
+SELECT upd.* FROM upd
+CROSS JOIN (SELECT set_config('agentqueue.counted', 'on', true)) AS counted_mark
 ORDER BY
     (priority <> 0),
     CASE WHEN priority = 0 THEN 0 ELSE GREATEST(1, priority - floor(
@@ -98,7 +120,7 @@ WITH v AS (
         last_hash = aq_event_hash(t.last_hash, t.id, t.tenant, t.event_seq + 1, %(tail)s)
     FROM v
     WHERE t.id = v.id AND t.state = 'executing' AND t.lock_token = v.token
-    RETURNING t.id, t.tenant, t.event_seq, t.last_hash,
+    RETURNING t.id, t.tenant, t.event_seq, t.last_hash, t.task_type, t.agent, t.started_at,
         -- The row as updated, signed with its head event (R24).
         aq_row_mac(t.last_hash, t.state, t.priority, t.payload::text, t.result::text,
                    t.assigned_to, t.approved_by, t.retry_count) AS row_mac
@@ -108,6 +130,28 @@ WITH v AS (
     SELECT u.id, u.event_seq, u.tenant, %(now)s, 'executing', 'completed', 'complete',
         %(actor)s, '', %(data)s::json, u.last_hash, u.row_mac
     FROM upd u
+), counted AS (
+    -- The metrics of these events, as aq_metrics_rollup counts them (migration 0021): each
+    -- ending, the time from its start, and the depth (out of executing).
+    INSERT INTO aq_metric_counts AS m (writer, tenant, task_type, agent, metric, label, n, total)
+    SELECT pg_backend_pid()::text, u.tenant, u.task_type, coalesce(u.agent, ''), x.metric,
+        x.label, count(*), sum(x.v)
+    FROM upd u
+    CROSS JOIN LATERAL (
+        SELECT 'ended' AS metric, 'completed' AS label, 0::double precision AS v
+        UNION ALL
+        SELECT 'completion', aq_metric_bucket(s.v), s.v
+        FROM (SELECT extract(epoch FROM %(now)s::timestamptz - u.started_at)::double precision
+              AS v) s
+        WHERE u.started_at IS NOT NULL
+    ) x
+    GROUP BY u.tenant, u.task_type, u.agent, x.metric, x.label
+    UNION ALL
+    SELECT pg_backend_pid()::text, u.tenant, '', '', 'depth', 'executing', -count(*), 0
+    FROM upd u
+    GROUP BY u.tenant
+    ON CONFLICT (writer, tenant, task_type, agent, metric, label)
+    DO UPDATE SET n = m.n + EXCLUDED.n, total = m.total + EXCLUDED.total
 ), notified AS (
     -- Tasks waiting on dependencies may be free now, or admission under caps has room again:
     -- wake the scheduler (one notice a batch; for dependencies only while such tasks exist,
@@ -117,8 +161,10 @@ WITH v AS (
       AND (%(wake)s OR EXISTS (SELECT 1 FROM aq_tasks
                                WHERE state = 'blocked' AND hold = 'dependencies'))
 )
+-- The mark that this statement counted its events (see claim).
 SELECT id, event_seq, last_hash, n.sent FROM upd
 CROSS JOIN (SELECT count(*) AS sent FROM notified) AS n
+CROSS JOIN (SELECT set_config('agentqueue.counted', 'on', true)) AS counted_mark
 
 -- name: save_checkpoint
 -- Keep a checkpoint with an executing task while its lease holds.
