@@ -4,7 +4,9 @@ with and without the tenant label; the bucket bounds the database keeps."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
+import time
 from collections import Counter
 from importlib import resources
 
@@ -204,3 +206,81 @@ async def test_tasks_that_exist_before_the_migration_are_in_the_depth(
         await assert_depth_is_stats(q)
         snap = await q.store.metrics()
         assert snap.depth[("", TaskState.QUEUED)] == 2
+
+
+def rollup_rows(url: str) -> dict[str, Counter[tuple[str, ...]]]:
+    """writer -> (tenant, task_type, agent, metric, label) -> n, as stored."""
+    out: dict[str, Counter[tuple[str, ...]]] = {}
+    with psycopg.connect(url) as conn:
+        for writer, *key, n in conn.execute(
+            "SELECT writer, tenant, task_type, agent, metric, label, n FROM aq_metric_counts"
+        ).fetchall():
+            out.setdefault(writer, Counter())[tuple(key)] += n
+    return out
+
+
+def summed(rows: dict[str, Counter[tuple[str, ...]]]) -> Counter[tuple[str, ...]]:
+    total: Counter[tuple[str, ...]] = Counter()
+    for counts in rows.values():
+        total.update(counts)
+    return Counter({k: n for k, n in total.items() if n})
+
+
+def live_pids(url: str) -> set[str]:
+    """The server processes of the database's connections now (this one's aside)."""
+    with psycopg.connect(url) as conn:
+        return {
+            str(r[0])
+            for r in conn.execute(
+                "SELECT pid FROM pg_stat_activity WHERE pid <> pg_backend_pid()"
+            ).fetchall()
+        }
+
+
+@pytest.mark.postgres
+async def test_compaction_folds_the_rows_of_closed_connections_and_keeps_every_sum(
+    pg_url: str, clock: ManualClock
+) -> None:
+    async def work(q: AsyncQueue, n: int) -> None:
+        for i in range(n):
+            await q.submit(title=f"t{i}", task_type="docs", payload={})
+        await q.admit()
+        claimed = await q.claim(n, "w1")
+        clock.advance(1)
+        await q.finish(
+            [Outcome(t.id, t.lock_token, OutcomeKind.COMPLETED, claimed=t) for t in claimed]
+        )
+
+    settings = Settings(queue={"admit_on_submit": False})
+    async with AsyncQueue(pg_url, clock=clock, settings=settings) as gone:
+        await work(gone, 6)
+    # The closed queue's server processes end as their clients left: wait for them.
+    deadline = time.monotonic() + 30
+    while set(rollup_rows(pg_url)) & live_pids(pg_url):
+        assert time.monotonic() < deadline, "the closed queue's server processes did not end"
+        await asyncio.sleep(0.05)
+    async with AsyncQueue(pg_url, clock=clock, settings=settings) as live_queue:
+        await work(live_queue, 4)
+        before = rollup_rows(pg_url)
+        running = live_pids(pg_url)
+        kept = {w: c for w, c in before.items() if w in running or w == "migration"}
+        closed = {w for w in before if w not in kept}
+        assert closed and set(kept) - {"migration"}  # both kinds of writer are there
+        # The scheduler's periodic steps fold them (a scheduler runs them as it starts).
+        await live_queue.scheduler(listen=False).run_periodic()
+        after = rollup_rows(pg_url)
+        assert set(after) == set(kept) | {"compacted"}
+        assert sum(after["compacted"].values()) == sum(sum(before[w].values()) for w in closed)
+        for writer, counts in kept.items():
+            assert after[writer] == counts  # a live connection's rows are left as they were
+        assert summed(after) == summed(before)  # every figure a scrape sums is unchanged
+        assert await live_queue.store.compact_metrics() == 0  # nothing left to fold
+        snap = await live_queue.store.metrics()
+        assert counted(snap)[("ended", "completed")] == 10
+        await assert_depth_is_stats(live_queue)
+
+
+async def test_sqlite_has_nothing_to_compact(tmp_path, clock: ManualClock) -> None:
+    async with AsyncQueue(f"sqlite:///{tmp_path / 'q.db'}", clock=clock) as q:
+        await q.submit(title="t", task_type="docs", payload={})
+        assert await q.store.compact_metrics() == 0

@@ -1,4 +1,5 @@
-"""Dead-letter retention (R8): dead letters kept past their retention are purged.
+"""Dead-letter retention (R8): dead letters kept past their retention are purged. And the
+metrics rollup's rows of connections that are gone are folded into one row per key.
 
 ``[retention] dead_letter_p0_days`` (30) for P0, ``dead_letter_days`` (7) for the rest, counted
 from when the task entered dead_letter. A purge deletes the task row and its captured output and
@@ -39,3 +40,10 @@ async def purge_expired_dead_letters(rt: Runtime, limit: int = 500) -> int:
             # by someone without the key is not named in any such record.
             await tx.record_audit(purge_record(now, purged))
     return len(purged)
+
+
+async def compact_metrics(rt: Runtime) -> int:
+    """Fold the metrics rollup rows of writers that are gone (connections closed) into one row
+    per key; how many rows were folded. The sums, and so every scrape, are unchanged; the
+    table no longer grows with every connection a pool ever opened."""
+    return await rt.store.compact_metrics()

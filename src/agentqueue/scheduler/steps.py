@@ -20,7 +20,7 @@ from ..service.tools import time_out_tool_calls
 from ..store.base import AdmitParams
 from .admission import HandOver, admit_limited
 from .dependencies import advance_dependencies
-from .retention import purge_expired_dead_letters
+from .retention import compact_metrics, purge_expired_dead_letters
 
 ACTOR = ADMITTER
 
@@ -161,10 +161,12 @@ PERIODIC_STEPS: list[tuple[Callable[[Runtime], Awaitable[object]], float | None]
     (fire_due_schedules, None),
     (purge_expired_dead_letters, 60.0),
     (anchor_audit, 60.0),
+    (compact_metrics, 600.0),
 ]
 """Steps the leader runs on a timer rather than on every wake-up (nothing waits on them by the
 millisecond), each with its interval in seconds (None: every ``tick_secs``): cron and retention
 (counted in days, so once a minute is plenty), and the audit anchors (R24: what is not yet
 anchored, a minute's events at most, is what someone with the database could still remove
-unseen). Deliveries (alerts among them) are sent by the
+unseen), and the metrics rollup's folding of rows left by closed connections (every ten
+minutes: they only cost scrapes a few rows each). Deliveries (alerts among them) are sent by the
 deliverer every worker, ``serve`` and scheduler process runs (agentqueue.delivery)."""

@@ -969,6 +969,11 @@ class MetricsStore(Protocol):
         """Remove a stopped worker's row."""
         ...
 
+    async def compact_metrics(self) -> int:
+        """Fold the rollup rows of writers that are gone into one row per key (the sums are
+        unchanged); how many rows were folded."""
+        ...
+
 
 class ScheduleStore(Protocol):
     """Cron schedules (R18)."""

@@ -61,3 +61,24 @@ async def test_record_worker_keeps_one_row_per_worker_until_forgotten(
     assert (rows["w-a"].slots, rows["w-a"].busy, rows["w-a"].heartbeat_at) == (8, 5, later)
     await store.forget_worker("w-a")
     assert [w.name for w in (await store.metrics()).workers] == ["w-b"]
+
+
+async def test_compact_metrics_keeps_every_figure_and_folds_nothing_twice(
+    store: Store, rt: Runtime, clock: ManualClock
+) -> None:
+    """Folding the rows of writers that are gone changes no figure a scrape reads (this store's
+    own connections are alive, so their rows stay; tests/store/test_metrics_rollup.py folds
+    those of a closed queue), and what was folded is not folded again."""
+    await insert(rt)
+    task = await claimed(rt)
+    assert task.lock_token is not None
+    now = clock.now()
+    await store.complete(
+        [(task.id, task.lock_token, None)], now, bulk_event(Action.COMPLETE, now, WORKER)
+    )
+    before = await store.metrics()
+    assert await store.compact_metrics() >= 0
+    after = await store.metrics()
+    assert sorted(after.counts, key=repr) == sorted(before.counts, key=repr)
+    assert after.depth == before.depth
+    assert await store.compact_metrics() == 0

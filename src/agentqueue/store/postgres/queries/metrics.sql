@@ -56,3 +56,25 @@ ON CONFLICT (name) DO UPDATE SET slots = EXCLUDED.slots, busy = EXCLUDED.busy,
 -- name: forget_worker
 -- A worker that stopped leaves the table.
 DELETE FROM aq_workers WHERE name = %(name)s
+
+-- name: compact_metrics
+-- Fold the rollup rows of connections that are gone into one row per key; how many were folded.
+-- The rollup keys its rows by the writing connection (its backend pid), so writers never wait
+-- on one row; a pid that no server process has any more writes nothing again, and its rows are
+-- summed into the writer 'compacted'. A pid taken again by a new connection keeps its rows
+-- until that one is gone too. Sums are unchanged by it, so every scrape reads the same figures;
+-- without it the table grows with every connection a pool ever opened.
+WITH gone AS (
+    DELETE FROM aq_metric_counts m
+    WHERE m.writer NOT IN ('compacted', 'migration')
+      AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid::text = m.writer)
+    RETURNING tenant, task_type, agent, metric, label, n, total
+), folded AS (
+    INSERT INTO aq_metric_counts AS m (writer, tenant, task_type, agent, metric, label, n, total)
+    SELECT 'compacted', tenant, task_type, agent, metric, label, sum(n), sum(total)
+    FROM gone
+    GROUP BY tenant, task_type, agent, metric, label
+    ON CONFLICT (writer, tenant, task_type, agent, metric, label)
+    DO UPDATE SET n = m.n + EXCLUDED.n, total = m.total + EXCLUDED.total
+)
+SELECT count(*) AS folded FROM gone

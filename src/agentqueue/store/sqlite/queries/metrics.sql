@@ -52,3 +52,8 @@ ON CONFLICT (name) DO UPDATE SET slots = EXCLUDED.slots, busy = EXCLUDED.busy,
 -- name: forget_worker
 -- A worker that stopped leaves the table.
 DELETE FROM aq_workers WHERE name = :name
+
+-- name: compact_metrics
+-- Fold the rollup rows of connections that are gone; how many were folded.
+-- SQLite's rollup has one writer (''), so there is never anything to fold.
+SELECT 0 AS folded
