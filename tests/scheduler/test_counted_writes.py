@@ -96,7 +96,7 @@ async def test_every_path_is_counted_once_as_the_trigger_alone_counts(
         await capped.finish(
             [Outcome(t.id, t.lock_token, OutcomeKind.COMPLETED, claimed=t) for t in again]
         )
-        assert (await capped.claim(10, "w3")) == []  # nothing left: a claim that marks nothing
+        assert (await capped.claim(10, "w3")) == []  # nothing left: a claim that updates no row
 
     got = stored_counts(pg_url)
     assert got == recounted(pg_url)

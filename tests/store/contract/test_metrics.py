@@ -77,7 +77,7 @@ async def test_compact_metrics_keeps_every_figure_and_folds_nothing_twice(
         [(task.id, task.lock_token, None)], now, bulk_event(Action.COMPLETE, now, WORKER)
     )
     before = await store.metrics()
-    assert await store.compact_metrics() >= 0
+    await store.compact_metrics()
     after = await store.metrics()
     assert sorted(after.counts, key=repr) == sorted(before.counts, key=repr)
     assert after.depth == before.depth

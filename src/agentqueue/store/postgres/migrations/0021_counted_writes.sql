@@ -10,9 +10,10 @@
 -- claimed row's started_at being NULL (only a claim sets it, and nothing clears it), in one
 -- upsert of the same rows the trigger would write; and they mark it, for the trigger that fires
 -- as each ends: a transaction-local setting, agentqueue.counted = 'on', set in the statement's
--- last step, which the trigger clears and returns on. A statement that marks nothing (it
--- updated no row) is counted by the trigger as before, as is every other write of events.
--- tests/store/test_metrics_rollup.py holds both ways to the same counts.
+-- last step, which the trigger clears and returns on. A statement that updated no row may
+-- leave no mark (whether its last step runs at all is the planner's choice): the trigger then
+-- counts its events, of which there are none. Every other write of events is counted by the
+-- trigger as before. tests/scheduler/test_counted_writes.py holds both ways to the same counts.
 CREATE OR REPLACE FUNCTION aq_metrics_rollup() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF current_setting('agentqueue.counted', true) = 'on' THEN

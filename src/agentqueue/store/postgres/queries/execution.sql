@@ -88,7 +88,7 @@ WITH picked AS (
     DO UPDATE SET n = m.n + EXCLUDED.n, total = m.total + EXCLUDED.total
 )
 -- The mark that this statement counted its events (read and cleared by the trigger as the
--- statement ends); with no row claimed it is not set and the trigger counts nothing.
+-- statement ends); with no row claimed it may not be set, and the trigger counts no event.
 SELECT upd.* FROM upd
 CROSS JOIN (SELECT set_config('agentqueue.counted', 'on', true)) AS counted_mark
 ORDER BY
