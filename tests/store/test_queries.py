@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from agentqueue.store.sqlfile import named_queries, parse_named_queries
+from agentqueue.store.sqlfile import (
+    load_queries,
+    named_queries,
+    parse_named_queries,
+    without_comment_lines,
+)
 
 POSTGRES_ONLY = {
     "admission_lock",  # an advisory lock; SQLite's BEGIN IMMEDIATE already holds the one writer
@@ -65,3 +70,36 @@ def test_a_name_defined_twice_is_refused() -> None:
 def test_the_description_is_not_part_of_the_sql() -> None:
     [query] = parse_named_queries("-- name: one\n-- The first.\n-- why\nSELECT 1;\n").values()
     assert (query.description, query.sql) == ("The first.", "-- why\nSELECT 1")
+
+
+PSYCOPG_CACHED_LENGTH = 4096
+"""psycopg converts a query's named placeholders once and keeps the result only for a query of
+up to this many bytes (``psycopg._queries.MAX_CACHED_STATEMENT_LENGTH``); a longer one is
+parsed again at every execution."""
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", "postgres"])
+def test_queries_are_sent_without_their_comment_lines(dialect: str) -> None:
+    sent = load_queries(dialect)
+    for name, query in named_queries(dialect).items():
+        lines = sent[name].split("\n")
+        assert not [line for line in lines if line.lstrip().startswith("--")], name
+        # Only the comment lines go: the code lines are the file's, in order.
+        code = [line for line in query.sql.split("\n") if not line.lstrip().startswith("--")]
+        assert lines == code, name
+
+
+def test_every_postgres_query_is_short_enough_for_the_drivers_cache() -> None:
+    too_long = {
+        name: len(sql.encode())
+        for name, sql in load_queries("postgres").items()
+        if len(sql.encode()) > PSYCOPG_CACHED_LENGTH
+    }
+    assert not too_long
+
+
+def test_a_comment_after_code_stays() -> None:
+    text = "SELECT 1  -- one\n    -- why\nFROM t -- a '--' in a string looks like this"
+    assert without_comment_lines(text) == (
+        "SELECT 1  -- one\nFROM t -- a '--' in a string looks like this"
+    )

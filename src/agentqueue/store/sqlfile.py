@@ -75,7 +75,17 @@ def named_queries(dialect: str) -> dict[str, NamedQuery]:
     return found
 
 
+def without_comment_lines(sql: str) -> str:
+    """``sql`` less its lines that hold only a comment: what the files explain is not sent.
+    Shorter text is cheaper to send and to parse, and psycopg converts a query's placeholders
+    once and keeps the result only for queries of up to 4 KiB (the claim is longer with its
+    comments). A comment after code on its line stays (a ``--`` in a string would look like
+    one)."""
+    return "\n".join(line for line in sql.split("\n") if not line.lstrip().startswith("--"))
+
+
 @cache
 def load_queries(dialect: str) -> dict[str, str]:
-    """The SQL of each named query of one dialect, read once."""
-    return {name: query.sql for name, query in named_queries(dialect).items()}
+    """The SQL of each named query of one dialect, read once, as it is sent (see
+    without_comment_lines)."""
+    return {name: without_comment_lines(q.sql) for name, q in named_queries(dialect).items()}
