@@ -15,8 +15,10 @@ server at each Sync (the extended protocol) and each Query (the simple one).
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
+from uuid import UUID
 
 import psycopg
 import pytest
@@ -26,8 +28,10 @@ from agentqueue import AsyncQueue
 from agentqueue.config import Settings
 from agentqueue.domain.errors import InvalidInput, StoreError, StoreUnavailable
 from agentqueue.domain.states import Action, TaskState, bulk_event
+from agentqueue.scheduler.admission import admit_limited
+from agentqueue.service.runtime import Runtime
 from agentqueue.store import Store
-from agentqueue.store.base import AdmitParams, ClaimParams, NotArrived, TaskFilter
+from agentqueue.store.base import AdmitParams, ClaimParams, NotArrived, TaskFilter, Tx
 
 pytestmark = pytest.mark.postgres
 
@@ -90,7 +94,7 @@ class Trace:
 async def test_an_admission_pass_begins_locks_and_counts_in_one_round_trip(store: Store) -> None:
     async with Trace(store) as trace, store.transaction() as tx:
         await tx.lock_admission()
-        room = await tx.admission_room()
+        room = await (await tx.admission_room()).get()
     assert room.active == 0
     assert trace.round_trips == 2  # BEGIN + lock + count; COMMIT
     text = trace.text
@@ -128,13 +132,13 @@ async def test_a_failed_transaction_is_rolled_back_and_the_connection_reused(
         with pytest.raises(InvalidInput):
             async with store.transaction() as tx:
                 await tx.lock_admission()
-                await tx.admission_room()
+                await (await tx.admission_room()).get()
                 raise InvalidInput("boom")
     # (psycopg then forgets its prepared statements: DEALLOCATE ALL, as after any rollback)
     assert [line.split("\t")[-1] for line in failed.sent("Query")][:1] == [' "ROLLBACK"']
     async with Trace(store) as trace, store.transaction() as tx:
         await tx.lock_admission()
-        assert (await tx.admission_room()).active == 0
+        assert (await (await tx.admission_room()).get()).active == 0
     assert trace.round_trips == 2
 
 
@@ -163,7 +167,7 @@ async def test_an_admission_and_its_claim_go_with_its_commit(store: Store, pg_ur
     for _ in range(2):  # the second time, the connection has its statements prepared
         async with Trace(store) as trace, store.transaction() as tx:
             await tx.lock_admission(relaxed=False)
-            assert (await tx.admission_room()).pending
+            assert (await (await tx.admission_room()).get()).pending
             admitted = await tx.admit_next(_admit(now, 1))
             claimed = await tx.claim_next(_claim(now))
             for later in (admitted, claimed):
@@ -181,6 +185,35 @@ async def test_an_admission_and_its_claim_go_with_its_commit(store: Store, pg_ur
     assert admit[3].split()[1] != claim[3].split()[1] != '""'
     assert commit[3].split()[1] == '"COMMIT"' and last.index(claim) < last.index(commit)
     assert await store.count_by_state() == {TaskState.EXECUTING: 2}
+
+
+async def test_an_admission_under_a_global_cap_alone_is_one_round_trip(
+    store: Store, pg_url: str
+) -> None:
+    """Under a global cap alone, an admission pass with its worker's claim sends BEGIN, the
+    lock, the room read, the ADMIT (which counts the room itself), the claim and the COMMIT
+    together: one round trip. It admits up to the cap, and the claim takes what it admitted;
+    the next pass finds the cap full, admits nothing, and claims what is still queued."""
+    await _pending(pg_url, 4)
+    rt = Runtime(store, Settings(admission={"max_active": 3}))
+    claimed: list[UUID] = []
+
+    async def hand_over(
+        tx: Tx, at: datetime, agents: frozenset[str | None]
+    ) -> Callable[[bool], None]:
+        later = await tx.claim_next(_claim(at, 2))
+        return lambda committed: claimed.extend(t.id for t in later.result())
+
+    await rt.paused_types()  # read at most once a second, not in every pass
+    async with Trace(store) as first:
+        admitted = await admit_limited(rt, 10, hand_over)
+    assert len(admitted) == 3 and claimed == admitted[:2]
+    assert first.round_trips == 1
+    async with Trace(store) as second:
+        assert await admit_limited(rt, 10, hand_over) == []
+    assert claimed == admitted
+    assert second.round_trips == 1
+    assert await store.count_by_state() == {TaskState.EXECUTING: 3, TaskState.PENDING: 1}
 
 
 async def test_a_routed_admission_sends_its_writes_with_its_commit(
@@ -246,7 +279,9 @@ async def test_an_admission_whose_connection_dies_before_its_commit_writes_and_c
     now = datetime.now(UTC)
     with pytest.raises(StoreUnavailable):
         async with store.transaction() as tx:
-            assert (await tx.admission_room()).pending  # the transaction is open on the server
+            assert (
+                await (await tx.admission_room()).get()
+            ).pending  # the transaction is open on the server
             admitted = await tx.admit_next(_admit(now))
             claimed = await tx.claim_next(_claim(now))
             async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as other:

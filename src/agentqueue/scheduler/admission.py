@@ -33,7 +33,7 @@ from ..pipelines import Route
 from ..service.load import Load
 from ..service.records import ADMITTER
 from ..service.runtime import Runtime
-from ..store.base import AdmitParams, Bucket, Candidate, CandidateQuery, Later, Tx
+from ..store.base import AdmitParams, Bucket, Candidate, CandidateQuery, Later, Room, Tx
 
 
 @dataclass(frozen=True)
@@ -301,9 +301,16 @@ routed to no agent), claim in it what the worker running this scheduler has room
 what to do once the transaction has ended (True: committed)."""
 
 
-Admitting = tuple[Later[list[UUID]], frozenset[str | None]]
-"""What an admission wrote (the ids admitted, best first: read once it has committed), and the
-agents it admitted to (None: no agent)."""
+@dataclass(frozen=True)
+class Admitting:
+    """What an admission sent: the ids it admits (best first: read once it has committed),
+    the agents it admits to (None: no agent), and, for the one-statement admission under a
+    global cap alone, what it counted beside (the room: read once committed, it tells whether
+    several tenants waited, for which the planner must run)."""
+
+    ids: Later[list[UUID]]
+    agents: frozenset[str | None]
+    room: Later[Room] | None = None
 
 
 async def admit_limited(rt: Runtime, limit: int, hand_over: HandOver | None = None) -> list[UUID]:
@@ -312,8 +319,23 @@ async def admit_limited(rt: Runtime, limit: int, hand_over: HandOver | None = No
     with ``hand_over``, the claims of the worker this scheduler runs in (its tasks start as the
     admission commits, with no notice and no claim of their own to wait for). The admissions
     and those claims are sent with the COMMIT (Tx.admit_next): what they wrote is read once it
-    has committed."""
+    has committed.
+
+    Under a global cap alone that is one round trip: the ADMIT counts the room itself, and
+    admits nothing when fair share has several tenants to weigh; the room read beside it says
+    so, and the planner then runs, in a transaction of its own."""
     policy = AdmissionPolicy.from_settings(rt.settings)
+    ids = await _admit_once(rt, policy, limit, hand_over, planner=not policy.only_global_cap)
+    if ids is None:  # several tenants wait under fair share: the planner weighs them
+        ids = await _admit_once(rt, policy, limit, hand_over, planner=True)
+    return ids or []
+
+
+async def _admit_once(
+    rt: Runtime, policy: AdmissionPolicy, limit: int, hand_over: HandOver | None, planner: bool
+) -> list[UUID] | None:
+    """One admission transaction (see admit_limited); None when the one-statement admission
+    found several tenants waiting under fair share and room for them (it admitted nothing)."""
     now = rt.clock.now()
     paused = sorted(await rt.paused_types())
     after: Callable[[bool], None] | None = None
@@ -323,14 +345,45 @@ async def admit_limited(rt: Runtime, limit: int, hand_over: HandOver | None = No
         async with rt.store.transaction() as tx:
             # An admission that may claim commits as claims do, waiting for the disk.
             relaxed = hand_over is None
-            admitting = await _admit_in(tx, rt, policy, now, limit, paused, relaxed)
+            if planner:
+                admitting = await _admit_in(tx, rt, policy, now, limit, paused, relaxed)
+            else:
+                admitting = await _admit_within_cap(tx, policy, now, limit, paused, relaxed)
             if admitting is not None and hand_over is not None:
-                after = await hand_over(tx, now, admitting[1])
+                after = await hand_over(tx, now, admitting.agents)
         committed = True
     finally:
         if after is not None:
             after(committed)
-    return [] if admitting is None else admitting[0].result()
+    if admitting is None:
+        return []
+    ids = admitting.ids.result()
+    if admitting.room is not None and not ids:
+        room = admitting.room.result()
+        if room.several_tenants and capacity(policy, Load(room.active, {}, {}), limit) > 0:
+            return None
+    return ids
+
+
+async def _admit_within_cap(
+    tx: Tx,
+    policy: AdmissionPolicy,
+    now: datetime,
+    limit: int,
+    paused: list[str],
+    relaxed: bool,
+) -> Admitting:
+    """Admission under a global cap alone: the best tasks in claim order, up to the room the
+    cap leaves, in one statement that counts that room itself under the lock; with fair share,
+    only while one tenant waits (the room read beside it tells the caller when several did).
+    Everything goes with the COMMIT: the lock, the count, the ADMIT and any claims."""
+    await tx.lock_admission(relaxed)
+    room = await tx.admission_room() if policy.fair_share else None
+    event = bulk_event(Action.ADMIT, now, ADMITTER)
+    params = AdmitParams(
+        limit, now, policy.aging_secs, event, paused, policy.max_active, policy.fair_share
+    )
+    return Admitting(await tx.admit_next(params), frozenset({None}), room)
 
 
 async def _admit_in(
@@ -342,21 +395,9 @@ async def _admit_in(
     paused: list[str],
     relaxed: bool,
 ) -> Admitting | None:
-    """The admission of :func:`admit_limited`, inside its transaction (None: nothing to
-    admit). ``relaxed``: its commit need not wait."""
-    unrouted: frozenset[str | None] = frozenset({None})
-    event = bulk_event(Action.ADMIT, now, ADMITTER)  # the fast path routes nothing
+    """The planner's admission of :func:`admit_limited`, inside its transaction (None:
+    nothing to admit). ``relaxed``: its commit need not wait."""
     await tx.lock_admission(relaxed)
-    if policy.only_global_cap:
-        # Nothing to plan per agent or bucket: when one tenant waits (or shares are off),
-        # the plan is the best tasks in claim order, up to the room: one set-wise statement.
-        counted = await tx.admission_room()
-        room = capacity(policy, Load(counted.active, {}, {}), limit)
-        if room == 0 or not counted.pending:
-            return None  # a pass woken by a completion often finds nothing to admit
-        if not policy.fair_share or not counted.several_tenants:
-            params = AdmitParams(room, now, policy.aging_secs, event, paused)
-            return await tx.admit_next(params), unrouted
     rows, tenants = await tx.load_and_tenants(MAX_TENANTS)
     load = Load.count(rows)
     room = capacity(policy, load, limit)
@@ -407,4 +448,4 @@ async def _admit_in(
         await tx.save_rate_buckets({name: Bucket(left[name], now) for name in names})
     if not chosen.ids:
         return None
-    return written, frozenset(chosen.agents.get(i) for i in chosen.ids)
+    return Admitting(written, frozenset(chosen.agents.get(i) for i in chosen.ids))

@@ -394,13 +394,18 @@ class ClaimParams:
 @dataclass(frozen=True)
 class AdmitParams:
     """What ``admit`` and ``Tx.admit_next`` take: up to ``limit`` pending tasks due at ``now``,
-    none of a ``paused`` type, priorities aging one level every ``aging_secs``."""
+    none of a ``paused`` type, priorities aging one level every ``aging_secs``; with
+    ``max_active``, only as many as leaves at most that many queued and executing (counted in
+    the admission's statement); with ``one_tenant``, none while several tenants have pending
+    tasks."""
 
     limit: int
     now: datetime
     aging_secs: float
     event: BulkEvent
     paused: Sequence[str] = ()
+    max_active: int | None = None
+    one_tenant: bool = False
 
 
 @dataclass(frozen=True)
@@ -535,10 +540,11 @@ class AdmissionTx(Protocol):
         waits makes it durable); an admission that may claim is not relaxed."""
         ...
 
-    async def admission_room(self) -> Room:
+    async def admission_room(self) -> Later[Room]:
         """How many tasks are admitted (queued or executing), whether any task is pending
-        and whether more than one tenant has: what admission under a global cap alone reads,
-        in one statement."""
+        and whether more than one tenant has, in one statement sent later (see claim_next):
+        what admission under a global cap alone reads beside its ADMIT, which counts the
+        room itself."""
         ...
 
     async def load_and_tenants(self, limit: int) -> tuple[list[LoadRow], list[str]]:

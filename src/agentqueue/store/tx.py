@@ -105,6 +105,8 @@ class QueryOps:
         params = self._p(
             paused=list(p.paused),
             limit=p.limit,
+            max_active=p.max_active,
+            one_tenant=p.one_tenant,
             now=p.now,
             actor=p.event.actor,
             tail=p.event.tail,
@@ -189,12 +191,15 @@ class SQLTx(QueryOps):
         self._relaxed = relaxed
         await self._s.lock_admission(relaxed)
 
-    async def admission_room(self) -> Room:
+    async def admission_room(self) -> Later[Room]:
         """Queued plus executing tasks, and whether one or several tenants have pending
-        tasks."""
-        row = (await self._s.fetch("admission_room"))[0]
-        first, last = row["first"], row["last"]
-        return Room(int(row["n"]), first is not None, first != last)
+        tasks; sent later."""
+
+        def room(rows: list[Row]) -> Room:
+            first, last = rows[0]["first"], rows[0]["last"]
+            return Room(int(rows[0]["n"]), first is not None, first != last)
+
+        return (await self._s.fetch_later("admission_room")).map(room)
 
     async def admit_next(self, params: AdmitParams) -> Later[list[UUID]]:
         """The store's ADMIT, inside this transaction, sent later (its notice goes at commit)."""

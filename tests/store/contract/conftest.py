@@ -97,11 +97,13 @@ def admit_params(
     *,
     aging_secs: float = AGING,
     paused: Sequence[str] = (),
+    max_active: int | None = None,
+    one_tenant: bool = False,
 ) -> AdmitParams:
     """What ``Store.admit`` and ``Tx.admit_next`` take; the event defaults to an ADMIT by the
     scheduler at ``now``."""
     event = event or bulk_event(Action.ADMIT, now, ADMITTER)
-    return AdmitParams(limit, now, aging_secs, event, paused)
+    return AdmitParams(limit, now, aging_secs, event, paused, max_active, one_tenant)
 
 
 async def admit(store: Store, limit: int, now: datetime, *args: Any, **kw: Any) -> list[UUID]:

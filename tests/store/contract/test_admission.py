@@ -60,12 +60,12 @@ async def test_lock_admission_serialises_admitting_transactions(store: Store) ->
     async def second() -> None:
         async with store.transaction() as tx:
             await tx.lock_admission()
-            await tx.admission_room()
+            await (await tx.admission_room()).get()
             order.append("second")
 
     async with store.transaction() as tx:
         await tx.lock_admission()
-        await tx.admission_room()
+        await (await tx.admission_room()).get()
         waiting = asyncio.ensure_future(second())
         await asyncio.sleep(0.2)
         order.append("first")
@@ -76,13 +76,13 @@ async def test_lock_admission_serialises_admitting_transactions(store: Store) ->
 async def test_admission_room_counts_admitted_work(store: Store, rt: Runtime) -> None:
     """Tx.admission_room counts admitted work: queued and executing tasks, nothing else."""
     async with store.transaction() as tx:
-        assert (await tx.admission_room()).active == 0
+        assert (await (await tx.admission_room()).get()).active == 0
     await insert(rt)
     await insert(rt, admitted=True)
     await insert(rt, admitted=True, task_type="run")
     await claim(store, 1, rt.clock.now(), task_types=["run"])
     async with store.transaction() as tx:
-        assert (await tx.admission_room()).active == 2
+        assert (await (await tx.admission_room()).get()).active == 2
 
 
 async def test_admission_room_tells_when_several_tenants_wait(store: Store, rt: Runtime) -> None:
@@ -92,7 +92,7 @@ async def test_admission_room_tells_when_several_tenants_wait(store: Store, rt: 
 
     async def pending_and_several() -> tuple[bool, bool]:
         async with store.transaction() as tx:
-            room = await tx.admission_room()
+            room = await (await tx.admission_room()).get()
         return room.pending, room.several_tenants
 
     await insert(rt, tenant="c", admitted=True)
@@ -149,6 +149,41 @@ async def test_admit_next_admits_inside_the_transaction(
         assert await admit_next(tx, 1, now, paused=["docs"]) == [high.id]
     [t] = await store.get_tasks([high.id])
     assert t.state is TaskState.QUEUED and len(await store.events(high.id)) == 2
+
+
+async def test_admit_next_counts_the_room_a_global_cap_leaves(
+    store: Store, rt: Runtime, clock: ManualClock
+) -> None:
+    """With ``max_active``, ADMIT counts queued and executing tasks itself and admits only
+    what leaves at most that many (and never more than ``limit``); a full cap admits none."""
+    await insert(rt, admitted=True, task_type="run")
+    await claim(store, 1, clock.now(), task_types=["run"])  # one executing
+    await insert(rt, admitted=True)  # one queued
+    waiting = [await insert(rt, priority=p) for p in (1, 2, 3, 4)]
+    now = clock.now()
+    async with store.transaction() as tx:
+        await tx.lock_admission()
+        assert await admit_next(tx, 10, now, max_active=4) == [w.id for w in waiting[:2]]
+    async with store.transaction() as tx:
+        assert await admit_next(tx, 10, now, max_active=4) == []
+        assert await admit_next(tx, 1, now, max_active=6) == [waiting[2].id]
+        assert await admit_next(tx, 10, now) == [waiting[3].id]  # no cap: the limit alone
+
+
+async def test_admit_next_for_one_tenant_admits_none_while_several_wait(
+    store: Store, rt: Runtime, clock: ManualClock
+) -> None:
+    """With ``one_tenant`` (fair share weighs several tenants in the planner), ADMIT admits
+    nothing while more than one tenant has pending tasks, and admits as usual while one has;
+    another tenant's admitted work does not count."""
+    a = await insert(rt, tenant="a")
+    b = await insert(rt, tenant="b")
+    await insert(rt, tenant="c", admitted=True)
+    now = clock.now()
+    async with store.transaction() as tx:
+        assert await admit_next(tx, 10, now, max_active=10, one_tenant=True) == []
+        assert await admit_next(tx, 1, now, max_active=10) == [a.id]
+        assert await admit_next(tx, 10, now, max_active=10, one_tenant=True) == [b.id]
 
 
 async def test_claim_next_claims_inside_the_transaction(

@@ -3,8 +3,25 @@
 -- decides (BULK_ACTIONS), and extends each task's audit chain with aq_event_hash().
 
 -- name: admit
--- ADMIT the best admissible pending tasks, set-wise; returns their ids.
-WITH picked AS (
+-- ADMIT the best admissible pending tasks, set-wise, within the room; returns their ids.
+WITH room AS (
+    -- How many: up to %(limit)s; under a global cap (%(max_active)s, NULL: none) only what it
+    -- leaves beside the queued and executing tasks; none while several tenants have pending
+    -- tasks and %(one_tenant)s (fair share then weighs them in the planner). Counted in this
+    -- statement, under the admission lock its transaction holds: an admission under a cap
+    -- alone is one round trip. A CASE branch not taken runs none of its subqueries.
+    SELECT CASE
+        WHEN %(one_tenant)s AND (
+            SELECT tenant FROM aq_tasks WHERE state = 'pending' ORDER BY tenant LIMIT 1
+        ) IS DISTINCT FROM (
+            SELECT tenant FROM aq_tasks WHERE state = 'pending' ORDER BY tenant DESC LIMIT 1
+        ) THEN 0
+        WHEN %(max_active)s::integer IS NULL THEN %(limit)s
+        ELSE GREATEST(0, LEAST(%(limit)s, %(max_active)s::integer
+            - (SELECT count(*) FROM aq_tasks WHERE state = 'queued')
+            - (SELECT count(*) FROM aq_tasks WHERE state = 'executing')))
+    END AS n
+), picked AS (
     SELECT t.ctid FROM generate_series(0, 9) AS lv(priority)
     CROSS JOIN LATERAL (
         SELECT ctid, priority, eligible_at, seq FROM aq_tasks
@@ -16,7 +33,7 @@ WITH picked AS (
           -- scan stays on the partial index, in order, with its LIMIT, statistics or not.
           AND NOT (task_type = ANY(%(paused)s::text[]))
         ORDER BY eligible_at, seq
-        LIMIT %(limit)s
+        LIMIT (SELECT n FROM room)
         FOR UPDATE SKIP LOCKED
     ) t
     ORDER BY
@@ -25,7 +42,7 @@ WITH picked AS (
             GREATEST(0, extract(epoch FROM (%(now)s::timestamptz - t.eligible_at)))
             / %(aging_secs)s)::integer) END,
         t.eligible_at, t.seq
-    LIMIT %(limit)s
+    LIMIT (SELECT n FROM room)
 ), upd AS (
     UPDATE aq_tasks t SET
         state = 'queued',
