@@ -183,6 +183,37 @@ print("ok")
     assert done.stdout.strip() == "ok", done.stderr
 
 
+@pytest.mark.parametrize("on", [True, False])
+def test_a_worker_imports_opentelemetry_as_it_starts_not_in_its_first_attempt(
+    tmp_path: Path, on: bool
+) -> None:
+    """With spans on (the default, the extra installed), a started worker has imported
+    OpenTelemetry's API before any task arrives, so the first attempt's dispatch does not wait
+    for the import; with ``[logging] opentelemetry = false`` nothing imports it."""
+    script = f"""
+import asyncio, sys
+from agentqueue import AsyncQueue
+from agentqueue.config import Settings
+async def main():
+    q = AsyncQueue("sqlite:///{tmp_path / "q.db"}",
+                   settings=Settings(logging={{"opentelemetry": {on}}}))
+    @q.handler("x")
+    async def x(task, ctx):
+        pass
+    w = q.worker(concurrency=1)
+    run = asyncio.create_task(w.run())
+    await asyncio.wait_for(w.started.wait(), 30)
+    print("opentelemetry.trace" in sys.modules)
+    w.stop()
+    await run
+    await q.close()
+asyncio.run(main())
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+    assert done.stdout.strip() == str(on), done.stderr
+
+
 def test_submit_traceparent_option_is_kept_and_a_bad_one_refused(tmp_path: Path) -> None:
     from click.testing import CliRunner
 

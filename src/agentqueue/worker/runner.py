@@ -42,6 +42,7 @@ from ..service.tools import take_tool_calls
 from ..store.base import Later, Tx
 from ..supervise import Supervisor, until_reachable
 from ..tracing import installed as tracing_installed
+from ..tracing import load as load_tracing
 from ..tracing import start_attempt
 from ..wakeups import wait_event
 from .claimer import Claimer
@@ -318,6 +319,8 @@ class Worker:
         away at start is waited for; a background part that dies raises LoopFailed (after
         the running attempts are released)."""
         await until_reachable(self.queue.open, log, "opening the database")
+        if self._tracing:
+            load_tracing()  # now, not in the first attempt
         store = self.queue.store
         jobs = self.jobs
         loops = {
