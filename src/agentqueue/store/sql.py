@@ -438,8 +438,9 @@ class SQLStore(QueryOps):
             upto = min(settled, after + limit)
             if upto <= after:
                 return None
-            found = await s.fetch("events_numbered", {"after": after, "upto": upto})
-            anchor = extend_anchor(last, [(r["gseq"], r["hash"]) for r in found], at, upto)
+            # Up to a minute of events: value tuples, not a dict per row.
+            _, found = await s.fetch_table("events_numbered", {"after": after, "upto": upto})
+            anchor = extend_anchor(last, [(r[0], r[1]) for r in found], at, upto)
             added = await s.fetch("add_anchor", self._p(**anchor_params(anchor)))
             return replace(anchor, id=int(added[0]["id"]))
 
