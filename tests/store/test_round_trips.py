@@ -216,6 +216,46 @@ async def test_an_admission_under_a_global_cap_alone_is_one_round_trip(
     assert await store.count_by_state() == {TaskState.EXECUTING: 3, TaskState.PENDING: 1}
 
 
+ROUTED = Settings(
+    agents={
+        "writer": {
+            "command": ["true"],
+            "task_types": ["docs"],
+            "isolation": "none",
+            "max_concurrent": 10,
+        }
+    }
+)
+"""An agent configured: every admission pass goes through the planner, which routes."""
+
+
+async def test_a_routed_pass_reads_the_last_passs_candidates_ahead(
+    store: Store, pg_url: str
+) -> None:
+    """A routed pass reads the candidates its predecessor read, on that guess, in the round
+    trip of its load and tenants: while the same tenants wait that is its read, and the pass
+    takes two round trips (BEGIN, lock, candidates, load, tenants; the admissions and the
+    COMMIT) where the first took three. When another tenant has come, the guess is not what
+    the pass asks for: it reads its own, and admits the newcomer's task."""
+    queue = AsyncQueue(pg_url, settings=ROUTED)
+    try:
+        await queue.submit_many([{"title": f"t{i}", "task_type": "docs"} for i in range(3)])
+        rt = Runtime(store, ROUTED)
+        await rt.paused_types()  # read at most once a second, not in every pass
+        async with Trace(store) as first:
+            assert len(await admit_limited(rt, 1)) == 1
+        async with Trace(store) as second:
+            assert len(await admit_limited(rt, 1)) == 1
+        other = await queue.submit({"title": "b", "task_type": "docs", "tenant": "b"})
+        async with Trace(store) as third:
+            admitted = await admit_limited(rt, 2)
+    finally:
+        await queue.close()
+    assert (first.round_trips, second.round_trips, third.round_trips) == (3, 2, 3)
+    assert other.task.id in admitted
+    assert await store.count_by_state() == {TaskState.QUEUED: 4}
+
+
 async def test_a_routed_admission_sends_its_writes_with_its_commit(
     store: Store, pg_url: str
 ) -> None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import heapq
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from uuid import UUID
 
@@ -284,6 +284,16 @@ def plan(
     return Plan(chosen, left, room, took, routed, waiting)
 
 
+def _same_read(guess: CandidateQuery, query: CandidateQuery) -> bool:
+    """Whether the candidates read on ``guess`` (at this pass's time, leaving out its paused
+    types) are what ``query`` asks for."""
+    return (
+        list(guess.tenants) == list(query.tenants)
+        and list(guess.skip_types) == list(query.skip_types)
+        and guess.per_tenant == query.per_tenant
+    )
+
+
 ROUTE_RETRY_SECS = 30.0
 """A task no agent can take is routed again this long after (the configuration a scheduler
 reads changes only when it restarts, so more often would find the same answer)."""
@@ -396,14 +406,24 @@ async def _admit_in(
     relaxed: bool,
 ) -> Admitting | None:
     """The planner's admission of :func:`admit_limited`, inside its transaction (None:
-    nothing to admit). ``relaxed``: its commit need not wait."""
+    nothing to admit). ``relaxed``: its commit need not wait.
+
+    Without rate limits and a global cap, the candidates the last pass read are read again
+    on that guess, in the round trip of the load and the tenants: when this pass asks for the
+    same (the same tenants, full types and number per tenant, as it does while the same
+    tenants wait), they are its candidates, one round trip saved; else it reads its own.
+    (Under a cap a pass often stops at a full cap, and the guess would be read for nothing.)"""
     await tx.lock_admission(relaxed)
+    names = policy.used_limits()
+    guess = None if names or policy.max_active is not None else rt.candidates_read
+    ahead = None
+    if guess is not None:
+        ahead = await tx.admission_candidates(replace(guess, now=now, paused=paused))
     rows, tenants = await tx.load_and_tenants(MAX_TENANTS)
     load = Load.count(rows)
     room = capacity(policy, load, limit)
     if room == 0:
         return None
-    names = policy.used_limits()
     stored = await tx.rate_buckets(names) if names else {}
     tokens = {name: policy.rates[name].refill(stored.get(name), now) for name in names}
     configured = sorted({*policy.serving, *policy.type_limits})
@@ -411,9 +431,12 @@ async def _admit_in(
     per_tenant = min(limit, room + CANDIDATES_PER_TENANT)
     if not tenants:
         return None  # a pass woken by a completion often finds nothing to admit
-    candidates = await tx.admission_candidates(
-        CandidateQuery(now, tenants, per_tenant, full, paused)
-    )
+    query = CandidateQuery(now, tenants, per_tenant, full, paused)
+    if ahead is not None and guess is not None and _same_read(guess, query):
+        candidates = ahead.result()  # arrived with the load
+    else:
+        candidates = await (await tx.admission_candidates(query)).get()
+    rt.candidates_read = query
     pipelines = rt.pipelines
     preemptible: dict[str, int] = {}
     if policy.preempt_after_secs is not None and any(c.priority == 0 for c in candidates):

@@ -11,6 +11,7 @@ from ..clock import Clock, SystemClock
 from ..config import Settings
 from ..pipelines import Pipelines
 from ..store import Store
+from ..store.base import CandidateQuery
 
 
 @dataclass
@@ -27,6 +28,9 @@ class Runtime:
     never lets a paused task run."""
 
     built_pipelines: Pipelines | None = None
+    candidates_read: CandidateQuery | None = None
+    """The candidates the last routed admission pass read: the next one reads the same ahead,
+    with its load (see scheduler.admission)."""
 
     @property
     def pipelines(self) -> Pipelines:

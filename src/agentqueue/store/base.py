@@ -583,9 +583,10 @@ class AdmissionTx(Protocol):
 class PlanningTx(Protocol):
     """What admission's planner reads and keeps: load, candidates, rate buckets, preemption."""
 
-    async def admission_candidates(self, query: CandidateQuery) -> list[Candidate]:
+    async def admission_candidates(self, query: CandidateQuery) -> Later[list[Candidate]]:
         """The admissible pending tasks ``query`` asks for, in claim order within each
-        tenant's priority level."""
+        tenant's priority level; sent later (see claim_next), so a read made on a guess goes
+        with the transaction's next statement."""
         ...
 
     async def rate_buckets(self, names: Sequence[str]) -> dict[str, Bucket]:

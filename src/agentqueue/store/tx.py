@@ -254,7 +254,7 @@ class SQLTx(QueryOps):
         )
         return load_rows(load), [r["tenant"] for r in tenants]
 
-    async def admission_candidates(self, query: CandidateQuery) -> list[Candidate]:
+    async def admission_candidates(self, query: CandidateQuery) -> Later[list[Candidate]]:
         """The heads of the tenants' priority levels."""
         params = self._p(
             now=query.now,
@@ -263,8 +263,8 @@ class SQLTx(QueryOps):
             paused=list(query.paused),
             skip_types=list(query.skip_types),
         )
-        names, rows = await self._s.fetch_table("admission_candidates", params)
-        return records_from_table(Candidate, names, rows, self.codec)
+        table = await self._s.fetch_table_later("admission_candidates", params)
+        return table.map(lambda t: records_from_table(Candidate, t[0], t[1], self.codec))
 
     async def rate_buckets(self, names: Sequence[str]) -> dict[str, Bucket]:
         """Stored buckets, locked until commit."""

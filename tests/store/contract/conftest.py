@@ -126,9 +126,8 @@ async def admission_candidates(
     paused: Sequence[str] = (),
 ) -> list[Candidate]:
     """``Tx.admission_candidates``."""
-    return await tx.admission_candidates(
-        CandidateQuery(now, tenants, per_tenant, skip_types, paused)
-    )
+    query = CandidateQuery(now, tenants, per_tenant, skip_types, paused)
+    return await (await tx.admission_candidates(query)).get()
 
 
 # --- builders --------------------------------------------------------------------------------
