@@ -14,6 +14,7 @@ server at each Sync (the extended protocol) and each Query (the simple one).
 
 from __future__ import annotations
 
+import asyncio
 import tempfile
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -31,7 +32,14 @@ from agentqueue.domain.states import Action, TaskState, bulk_event
 from agentqueue.scheduler.admission import admit_limited
 from agentqueue.service.runtime import Runtime
 from agentqueue.store import Store
-from agentqueue.store.base import AdmitParams, ClaimParams, NotArrived, TaskFilter, Tx
+from agentqueue.store.base import (
+    CHANNEL_QUEUED,
+    AdmitParams,
+    ClaimParams,
+    NotArrived,
+    TaskFilter,
+    Tx,
+)
 
 pytestmark = pytest.mark.postgres
 
@@ -214,6 +222,37 @@ async def test_an_admission_under_a_global_cap_alone_is_one_round_trip(
     assert claimed == admitted
     assert second.round_trips == 1
     assert await store.count_by_state() == {TaskState.EXECUTING: 3, TaskState.PENDING: 1}
+
+
+async def test_an_admission_that_claims_announces_only_what_it_leaves_queued(
+    store: Store, pg_url: str
+) -> None:
+    """An admission whose worker claims in it sends no notice of its own admissions: one that
+    claims all it admitted announces nothing (the next notice heard is a later marker), and
+    one that leaves some queued announces them once, after its claims."""
+    await _pending(pg_url, 2)
+    rt = Runtime(store, Settings(admission={"max_active": 10}))
+    room = [5]
+
+    async def hand_over(
+        tx: Tx, at: datetime, agents: frozenset[str | None]
+    ) -> Callable[[bool], None]:
+        later = await tx.claim_next(_claim(at, room[0]))
+        return lambda committed: later.result()
+
+    async with store.listen([CHANNEL_QUEUED]) as notices:
+        first = asyncio.ensure_future(anext(notices))
+        await asyncio.sleep(0)
+        assert len(await admit_limited(rt, 10, hand_over)) == 2  # both claimed
+        await store.notify(CHANNEL_QUEUED, "marker")
+        assert (await asyncio.wait_for(first, timeout=10)).payload == "marker"
+        await _pending(pg_url, 2)
+        heard = asyncio.ensure_future(anext(notices))
+        await asyncio.sleep(0)
+        room[0] = 1
+        assert len(await admit_limited(rt, 10, hand_over)) == 2  # one left queued
+        assert (await asyncio.wait_for(heard, timeout=10)).channel == CHANNEL_QUEUED
+    assert await store.count_by_state() == {TaskState.EXECUTING: 3, TaskState.QUEUED: 1}
 
 
 ROUTED = Settings(

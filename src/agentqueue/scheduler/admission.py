@@ -361,6 +361,8 @@ async def _admit_once(
                 admitting = await _admit_within_cap(tx, policy, now, limit, paused, relaxed)
             if admitting is not None and hand_over is not None:
                 after = await hand_over(tx, now, admitting.agents)
+                # The admission announced nothing: workers hear of what its claims left.
+                await tx.notify_queued()
         committed = True
     finally:
         if after is not None:
@@ -391,7 +393,14 @@ async def _admit_within_cap(
     room = await tx.admission_room() if policy.fair_share else None
     event = bulk_event(Action.ADMIT, now, ADMITTER)
     params = AdmitParams(
-        limit, now, policy.aging_secs, event, paused, policy.max_active, policy.fair_share
+        limit,
+        now,
+        policy.aging_secs,
+        event,
+        paused,
+        policy.max_active,
+        policy.fair_share,
+        notify=relaxed,  # one that may claim announces what its claims leave (notify_queued)
     )
     return Admitting(await tx.admit_next(params), frozenset({None}), room)
 
@@ -453,7 +462,9 @@ async def _admit_in(
         preemptible,
     )
     writes = [
-        await tx.admit_ids(ids, now, bulk_event(Action.ADMIT, now, ADMITTER, agent), agent)
+        await tx.admit_ids(
+            ids, now, bulk_event(Action.ADMIT, now, ADMITTER, agent), agent, notify=relaxed
+        )
         for agent, ids in chosen.by_agent().items()
     ]
     await tx.note_waiting(chosen.waiting, now + timedelta(seconds=ROUTE_RETRY_SECS))

@@ -406,6 +406,9 @@ class AdmitParams:
     paused: Sequence[str] = ()
     max_active: int | None = None
     one_tenant: bool = False
+    notify: bool = True
+    """Announce the admitted tasks (CHANNEL_QUEUED) at commit; false for an admission that
+    claims, which calls Tx.notify_queued after its claims instead."""
 
 
 @dataclass(frozen=True)
@@ -568,10 +571,22 @@ class AdmissionTx(Protocol):
         ...
 
     async def admit_ids(
-        self, ids: Sequence[UUID], now: datetime, event: BulkEvent, agent: str | None = None
+        self,
+        ids: Sequence[UUID],
+        now: datetime,
+        event: BulkEvent,
+        agent: str | None = None,
+        notify: bool = True,
     ) -> Later[list[UUID]]:
         """ADMIT the tasks among ``ids`` still pending and due, sent later (see claim_next):
-        the ids admitted, in the order given."""
+        the ids admitted, in the order given. Listeners hear CHANNEL_QUEUED at commit, unless
+        ``notify`` is false (then notify_queued announces what is left queued)."""
+        ...
+
+    async def notify_queued(self) -> None:
+        """Announce CHANNEL_QUEUED at commit if any task is queued then ('p0' if a P0 task
+        is), sent later: after the claims of an admission that claimed, so that workers hear
+        of what it left queued and not of what it claimed itself."""
         ...
 
     async def note_waiting(self, reasons: Mapping[UUID, str], until: datetime) -> None:

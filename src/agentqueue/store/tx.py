@@ -107,6 +107,7 @@ class QueryOps:
             limit=p.limit,
             max_active=p.max_active,
             one_tenant=p.one_tenant,
+            notify=p.notify,
             now=p.now,
             actor=p.event.actor,
             tail=p.event.tail,
@@ -219,12 +220,18 @@ class SQLTx(QueryOps):
         return table.map(lambda t: self._claimed(t, params, orders_in_sql))
 
     async def admit_ids(
-        self, ids: Sequence[UUID], now: datetime, event: BulkEvent, agent: str | None = None
+        self,
+        ids: Sequence[UUID],
+        now: datetime,
+        event: BulkEvent,
+        agent: str | None = None,
+        notify: bool = True,
     ) -> Later[list[UUID]]:
         """ADMIT the chosen rows still pending, with their events; sent later."""
         if not ids:
             return Later.now([])
         params = self._p(
+            notify=notify,
             agent=agent,
             ids=list(ids),
             now=now,
@@ -240,6 +247,10 @@ class SQLTx(QueryOps):
             return [i for i in ids if i in written]
 
         return rows.map(admitted)
+
+    async def notify_queued(self) -> None:
+        """Announce queued work at commit if any task is queued; sent later."""
+        await self._s.fetch_later("notify_queued")
 
     async def note_waiting(self, reasons: Mapping[UUID, str], until: datetime) -> None:
         """One statement for all."""

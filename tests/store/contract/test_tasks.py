@@ -656,6 +656,33 @@ async def test_hot_writes_wake_the_listeners_they_promise(
         await waiting
 
 
+async def test_notify_queued_announces_queued_work_and_nothing_else(
+    store: Store, rt: Runtime, clock: ManualClock
+) -> None:
+    """Tx.notify_queued announces CHANNEL_QUEUED at commit while some task is queued ('p0'
+    while a P0 task is), and nothing while none is: the next notice heard is a later marker.
+    Without push notifications it sends nothing (listeners see commits)."""
+    if not store.push_notifications:
+        async with store.transaction() as tx:
+            await tx.notify_queued()
+        return
+    async with store.listen([CHANNEL_QUEUED]) as notices:
+        first = asyncio.ensure_future(anext(notices))
+        await asyncio.sleep(0)
+        async with store.transaction() as tx:
+            await tx.notify_queued()  # nothing queued
+        await store.notify(CHANNEL_QUEUED, "marker")
+        assert (await asyncio.wait_for(first, timeout=10)).payload == "marker"
+        await insert(rt, admitted=True)  # its own notice, then ours
+        async with store.transaction() as tx:
+            await tx.notify_queued()
+        await insert(rt, admitted=True, priority=0, idempotency_key="urgent")
+        async with store.transaction() as tx:
+            await tx.notify_queued()
+        heard = [await asyncio.wait_for(anext(notices), timeout=10) for _ in range(4)]
+    assert [n.payload for n in heard] == ["", "", "p0", "p0"]
+
+
 async def test_listen_hears_a_commit_made_before_the_first_wait(store: Store, rt: Runtime) -> None:
     """A commit made after listen() opened but before the listener first waits is still heard
     (else a worker that opens listen, looks for work, then waits can miss a wake-up)."""

@@ -72,9 +72,11 @@ WITH room AS (
     ON CONFLICT (writer, tenant, task_type, agent, metric, label)
     DO UPDATE SET n = m.n + EXCLUDED.n, total = m.total + EXCLUDED.total
 ), notified AS (
-    -- One NOTIFY for the whole batch, sent when the statement commits ('p0' if it has one).
+    -- One NOTIFY for the whole batch, sent when the statement commits ('p0' if it has one);
+    -- none with %(notify)s false (an admission that claims announces what it leaves queued,
+    -- after its claims: notify_queued).
     SELECT pg_notify('aq_queued', CASE WHEN bool_or(priority = 0) THEN 'p0' ELSE '' END)
-    FROM upd HAVING count(*) > 0
+    FROM upd HAVING count(*) > 0 AND %(notify)s
 )
 -- Selecting the count keeps the planner from dropping the notice as an unused join; the
 -- mark says this statement counted its events (see execution.sql, claim).
@@ -211,9 +213,10 @@ WITH upd AS (
     ON CONFLICT (writer, tenant, task_type, agent, metric, label)
     DO UPDATE SET n = m.n + EXCLUDED.n, total = m.total + EXCLUDED.total
 ), notified AS (
-    -- Workers hear of it when the transaction commits ('p0' if it has one).
+    -- Workers hear of it when the transaction commits ('p0' if it has one); with %(notify)s
+    -- false, from notify_queued after the admission's claims instead.
     SELECT pg_notify('aq_queued', CASE WHEN bool_or(priority = 0) THEN 'p0' ELSE '' END)
-    FROM upd HAVING count(*) > 0
+    FROM upd HAVING count(*) > 0 AND %(notify)s
 )
 SELECT id, n.sent FROM upd CROSS JOIN (SELECT count(*) AS sent FROM notified) AS n
 CROSS JOIN (SELECT set_config('agentqueue.counted', 'on', true)) AS counted_mark
@@ -225,3 +228,11 @@ CROSS JOIN (SELECT set_config('agentqueue.counted', 'on', true)) AS counted_mark
 UPDATE aq_tasks t SET state_reason = r.reason, route_after = %(until)s
 FROM json_to_recordset(%(rows)s::json) AS r(id uuid, reason text)
 WHERE t.id = r.id AND t.state = 'pending'
+
+-- name: notify_queued
+-- Announce queued work at commit, if any task is queued ('p0' if a P0 task is).
+-- Sent after the claims of an admission that claimed (its ADMIT announced nothing): workers
+-- hear of what it admitted and left queued, not of what it claimed itself.
+SELECT pg_notify('aq_queued', CASE WHEN EXISTS (
+    SELECT 1 FROM aq_tasks WHERE state = 'queued' AND priority = 0) THEN 'p0' ELSE '' END)
+WHERE EXISTS (SELECT 1 FROM aq_tasks WHERE state = 'queued')

@@ -148,3 +148,9 @@ UPDATE aq_tasks SET route_after = :until, state_reason = (
     SELECT r.value ->> 'reason' FROM json_each(:rows) AS r WHERE r.value ->> 'id' = aq_tasks.id)
 WHERE id IN (SELECT r.value ->> 'id' FROM json_each(:rows) AS r)
   AND state = 'pending'
+
+-- name: notify_queued
+-- Announce queued work at commit, if any task is queued: nothing to send in SQLite.
+-- SQLite's listeners see every commit (PRAGMA data_version); the name keeps one operation in
+-- both dialects.
+SELECT 1 WHERE 0
