@@ -4,6 +4,9 @@ between tenants, and pausing a task type."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -12,7 +15,9 @@ from scheduler_helpers import OpenQueue, agent
 from agentqueue import AsyncQueue, ManualClock, Task, TaskState
 from agentqueue.config import load_settings
 from agentqueue.domain.errors import ConfigError, InvalidInput
+from agentqueue.scheduler.steps import tick
 from agentqueue.service.execution import Outcome, OutcomeKind
+from agentqueue.store.base import Tx, WorkHints
 
 S = TaskState
 
@@ -257,3 +262,35 @@ async def test_a_pass_tells_of_each_admission_once_and_of_none_when_it_admits_no
     assert (await queue.stats()).by_state[S.QUEUED] == 3
     report = await tick(rt, admit_first=True, on_admitted=lambda: calls.append(1))
     assert report.admitted == 0 and calls == [1]
+
+
+async def test_the_attempts_an_admission_claims_for_run_before_the_rest_of_its_pass(
+    open_queue: OpenQueue,
+) -> None:
+    """A pass woken by news of pending work lets the attempts its admission's claims started
+    take the event loop before it goes on (the next read of the pass is not on their dispatch
+    path)."""
+    queue = await open_queue(admission={"max_active": 10})
+    await queue.submit(title="t", task_type="docs")
+    rt = await queue.runtime()
+    order: list[str] = []
+
+    async def attempt() -> None:
+        order.append("attempt")
+
+    async def hand_over(
+        tx: Tx, now: datetime, agents: frozenset[str | None]
+    ) -> Callable[[bool], None]:
+        return lambda committed: started.append(asyncio.ensure_future(attempt()))
+
+    started: list[asyncio.Future[None]] = []
+    hints = rt.store.work_hints
+
+    async def work_hints(now: datetime) -> WorkHints:
+        order.append("the pass's next read")
+        return await hints(now)
+
+    rt.store.work_hints = work_hints  # type: ignore[method-assign]
+    report = await tick(rt, admit_first=True, hand_over=hand_over)
+    assert report.admitted == 1
+    assert order[:2] == ["attempt", "the pass's next read"]

@@ -6,6 +6,7 @@ queue (R4, R12). Each step with nothing to do costs one cheap read, shared by al
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from uuid import UUID
@@ -131,6 +132,10 @@ async def tick(
     rest of the pass nor for the notice); ``hand_over`` claims for that worker inside an
     admission under limits."""
     admitted = await admit(rt, ADMIT_BATCH, hand_over) if admit_first else []
+    if hand_over is not None and admit_first:
+        # The attempts the admission's claims started take the event loop first: the rest of
+        # the pass (the claimer's wake-up, the next reads) is not on their dispatch path.
+        await asyncio.sleep(0)
     if admitted and on_admitted is not None:
         on_admitted()
     if len(admitted) == ADMIT_BATCH:
