@@ -345,7 +345,12 @@ async def _admit_once(
     rt: Runtime, policy: AdmissionPolicy, limit: int, hand_over: HandOver | None, planner: bool
 ) -> list[UUID] | None:
     """One admission transaction (see admit_limited); None when the one-statement admission
-    found several tenants waiting under fair share and room for them (it admitted nothing)."""
+    found several tenants waiting under fair share and room for them (it admitted nothing).
+
+    When the worker claims in it (``hand_over``), the admission is ``claiming``: its commit
+    waits for the disk as every claim's does (the lock does not relax it), and its writes
+    announce nothing; what the claims leave queued is announced after them
+    (Tx.notify_queued)."""
     now = rt.clock.now()
     paused = sorted(await rt.paused_types())
     after: Callable[[bool], None] | None = None
@@ -353,12 +358,11 @@ async def _admit_once(
     committed = False
     try:
         async with rt.store.transaction() as tx:
-            # An admission that may claim commits as claims do, waiting for the disk.
-            relaxed = hand_over is None
+            claiming = hand_over is not None
             if planner:
-                admitting = await _admit_in(tx, rt, policy, now, limit, paused, relaxed)
+                admitting = await _admit_in(tx, rt, policy, now, limit, paused, claiming)
             else:
-                admitting = await _admit_within_cap(tx, policy, now, limit, paused, relaxed)
+                admitting = await _admit_within_cap(tx, policy, now, limit, paused, claiming)
             if admitting is not None and hand_over is not None:
                 after = await hand_over(tx, now, admitting.agents)
                 # The admission announced nothing: workers hear of what its claims left.
@@ -383,13 +387,13 @@ async def _admit_within_cap(
     now: datetime,
     limit: int,
     paused: list[str],
-    relaxed: bool,
+    claiming: bool,
 ) -> Admitting:
     """Admission under a global cap alone: the best tasks in claim order, up to the room the
     cap leaves, in one statement that counts that room itself under the lock; with fair share,
     only while one tenant waits (the room read beside it tells the caller when several did).
     Everything goes with the COMMIT: the lock, the count, the ADMIT and any claims."""
-    await tx.lock_admission(relaxed)
+    await tx.lock_admission(relaxed=not claiming)
     room = await tx.admission_room() if policy.fair_share else None
     event = bulk_event(Action.ADMIT, now, ADMITTER)
     params = AdmitParams(
@@ -400,7 +404,7 @@ async def _admit_within_cap(
         paused,
         policy.max_active,
         policy.fair_share,
-        notify=relaxed,  # one that may claim announces what its claims leave (notify_queued)
+        notify=not claiming,
     )
     return Admitting(await tx.admit_next(params), frozenset({None}), room)
 
@@ -412,17 +416,17 @@ async def _admit_in(
     now: datetime,
     limit: int,
     paused: list[str],
-    relaxed: bool,
+    claiming: bool,
 ) -> Admitting | None:
     """The planner's admission of :func:`admit_limited`, inside its transaction (None:
-    nothing to admit). ``relaxed``: its commit need not wait.
+    nothing to admit).
 
     Without rate limits and a global cap, the candidates the last pass read are read again
     on that guess, in the round trip of the load and the tenants: when this pass asks for the
     same (the same tenants, full types and number per tenant, as it does while the same
     tenants wait), they are its candidates, one round trip saved; else it reads its own.
     (Under a cap a pass often stops at a full cap, and the guess would be read for nothing.)"""
-    await tx.lock_admission(relaxed)
+    await tx.lock_admission(relaxed=not claiming)
     names = policy.used_limits()
     guess = None if names or policy.max_active is not None else rt.candidates_read
     ahead = None
@@ -463,7 +467,7 @@ async def _admit_in(
     )
     writes = [
         await tx.admit_ids(
-            ids, now, bulk_event(Action.ADMIT, now, ADMITTER, agent), agent, notify=relaxed
+            ids, now, bulk_event(Action.ADMIT, now, ADMITTER, agent), agent, notify=not claiming
         )
         for agent, ids in chosen.by_agent().items()
     ]

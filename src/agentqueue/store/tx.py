@@ -203,7 +203,8 @@ class SQLTx(QueryOps):
         return (await self._s.fetch_later("admission_room")).map(room)
 
     async def admit_next(self, params: AdmitParams) -> Later[list[UUID]]:
-        """The store's ADMIT, inside this transaction, sent later (its notice goes at commit)."""
+        """The store's ADMIT, inside this transaction, sent later (its notice, unless
+        ``params.notify`` is false, goes at commit)."""
         rows = await self._s.fetch_later("admit", self._admit_values(params))
         orders_in_sql = self._dialect.orders_in_sql
         return rows.map(lambda r: self._admitted(r, params, orders_in_sql))
