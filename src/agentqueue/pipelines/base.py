@@ -20,8 +20,8 @@ task's kind.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 from uuid import UUID
 
@@ -120,12 +120,16 @@ class Route:
     @classmethod
     def unrouted(cls) -> Route:
         """To whoever serves the task's type (no agent is configured for it)."""
-        return cls(None)
+        return UNROUTED
 
     @classmethod
     def wait(cls, reason: str) -> Route:
         """Nowhere: no eligible agent."""
         return cls((), reason)
+
+
+UNROUTED = Route(None)
+"""The one unrouted route (routes are immutable; admission asks for this one per candidate)."""
 
 
 @dataclass(frozen=True)
@@ -143,6 +147,16 @@ class AgentBook:
     """The configured agents, in configuration order."""
 
     agents: tuple[AgentProfile, ...]
+    by_type: Mapping[str, tuple[AgentProfile, ...]] = field(init=False, repr=False, compare=False)
+    """The agents that declare each task type, in configuration order (derived from
+    ``agents``: admission asks routing once per candidate, and the agents never change)."""
+
+    def __post_init__(self) -> None:
+        by_type: dict[str, list[AgentProfile]] = {}
+        for agent in self.agents:
+            for task_type in agent.task_types:
+                by_type.setdefault(task_type, []).append(agent)
+        object.__setattr__(self, "by_type", {t: tuple(a) for t, a in by_type.items()})
 
     @classmethod
     def from_settings(cls, settings: Settings) -> AgentBook:
@@ -165,11 +179,14 @@ class AgentBook:
 
     def serving(self, task_type: str) -> list[AgentProfile]:
         """Agents that declare ``task_type``."""
-        return [a for a in self.agents if task_type in a.task_types]
+        return list(self.by_type.get(task_type, ()))
 
     def capable(self, task_type: str, labels: Sequence[str]) -> list[AgentProfile]:
         """Agents that declare ``task_type`` and every one of ``labels``."""
-        return [a for a in self.serving(task_type) if a.labels.issuperset(labels)]
+        serving = self.by_type.get(task_type, ())
+        if not labels:
+            return list(serving)
+        return [a for a in serving if a.labels.issuperset(labels)]
 
     def named(self, task: Routable, role: str) -> Route:
         """To the agent ``task.assignee`` names (its ``role``: assignee, recipient), if it is

@@ -71,6 +71,10 @@ class AdmissionPolicy:
     """R11: a P0 task may go to an agent at its cap that runs a task of at least
     ``preempt_min_priority`` started more than this long ago (None: preemption is off)."""
     preempt_min_priority: int = 7
+    _limits: dict[tuple[str, str | None], tuple[str, ...]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    """limits_of's answers so far (a pass asks it for every candidate and agent)."""
 
     @classmethod
     def from_settings(cls, settings: Settings) -> AdmissionPolicy:
@@ -100,8 +104,12 @@ class AdmissionPolicy:
 
     def limits_of(self, task_type: str, agent: str | None) -> tuple[str, ...]:
         """The rate limits a task of this type, run by this agent, draws a token from."""
-        names = [self.type_limits.get(task_type), self.agent_limits.get(agent or "")]
-        return tuple(dict.fromkeys(n for n in names if n is not None))
+        key = (task_type, agent)
+        found = self._limits.get(key)
+        if found is None:
+            names = [self.type_limits.get(task_type), self.agent_limits.get(agent or "")]
+            found = self._limits[key] = tuple(dict.fromkeys(n for n in names if n is not None))
+        return found
 
     @property
     def only_global_cap(self) -> bool:
@@ -475,6 +483,8 @@ async def _admit_in(
     order = chosen.ids
 
     def admitted(groups: list[list[UUID]]) -> list[UUID]:
+        if sum(map(len, groups)) == len(order):
+            return order  # every chosen task was written (each is in one group)
         written = {i for group in groups for i in group}
         return [i for i in order if i in written]
 

@@ -92,6 +92,10 @@ class Codec:
     uuid_param: Callable[[UUID], Any] = _same
     list_param: Callable[[list[Any]], Any] = list
     """A list parameter: a native array (PostgreSQL) or JSON text (SQLite)."""
+    uuids_param: Callable[[Sequence[UUID]], Any] = list
+    """A list of UUIDs as one parameter, for a long list (an admission's ids): PostgreSQL's
+    array as its text (the driver dumps a list element by element, in Python), JSON text on
+    SQLite."""
     duration_param: Callable[[str, float], tuple[str, Any]] = _seconds
     """A duration parameter's name and value: ``ttl`` as ``ttl_secs`` (float seconds) or as
     ``ttl_us`` (integer microseconds)."""

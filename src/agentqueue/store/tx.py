@@ -234,7 +234,7 @@ class SQLTx(QueryOps):
         params = self._p(
             notify=notify,
             agent=agent,
-            ids=list(ids),
+            ids=self.codec.uuids_param(ids),
             now=now,
             actor=event.actor,
             tail=event.tail,
@@ -244,6 +244,8 @@ class SQLTx(QueryOps):
         uuid = self.codec.uuid
 
         def admitted(found: list[Row]) -> list[UUID]:
+            if len(found) == len(ids):
+                return list(ids)  # every one (the ids are distinct): in their order
             written = {uuid(r["id"]) for r in found}
             return [i for i in ids if i in written]
 

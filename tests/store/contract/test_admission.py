@@ -316,6 +316,29 @@ async def test_admit_ids_admits_only_pending_due_tasks_with_the_agent(
     assert len(await store.events(queued.id)) == 2
 
 
+async def test_admit_ids_answers_in_the_order_asked_all_or_some_written(
+    store: Store, rt: Runtime, clock: ManualClock
+) -> None:
+    """Tx.admit_ids gives the ids it admitted in the order it was given them (the planner's
+    order, best first), whether it wrote every one or left some out; many ids go as one
+    parameter."""
+    now = clock.now()
+    tasks = [await insert(rt) for _ in range(5)]
+    queued = await insert(rt, admitted=True)
+    event = bulk_event(Action.ADMIT, now, "scheduler")
+    a, b, c, d, e = (t.id for t in tasks)
+    async with store.transaction() as tx:
+        assert await (await tx.admit_ids([c, a, e], now, event)).get() == [c, a, e]
+        got = await (await tx.admit_ids([d, queued.id, uuid.uuid4(), c, b], now, event)).get()
+        assert got == [d, b]  # c is queued by now, the others never were pending
+    states = {t.id: t.state for t in await store.get_tasks([a, b, c, d, e])}
+    assert set(states.values()) == {TaskState.QUEUED}
+    many = [await insert(rt) for _ in range(300)]
+    order = [t.id for t in reversed(many)]
+    async with store.transaction() as tx:
+        assert await (await tx.admit_ids(order, now, event)).get() == order
+
+
 async def test_preemptible_counts_long_running_low_priority_work_by_agent(
     store: Store, rt: Runtime, clock: ManualClock
 ) -> None:

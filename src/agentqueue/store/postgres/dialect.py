@@ -33,6 +33,8 @@ CODEC = Codec(
     uuid_out=str,
     uuids_out=lambda ids: [str(i) for i in ids],
     json_out=lambda value: value,  # embedded as is in the JSON document
+    # The array's text, read by the statement's ::uuid[] (hex digits are a UUID's input too).
+    uuids_param=lambda ids: "{" + ",".join([i.hex for i in ids]) + "}",
 )
 
 PREPARED = frozenset(

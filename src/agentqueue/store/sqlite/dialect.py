@@ -85,6 +85,7 @@ CODEC = Codec(
     time_param=to_micros,
     uuid_param=str,
     list_param=dump,
+    uuids_param=lambda ids: dump([str(i) for i in ids]),
     duration_param=_micros,
     native=False,
 )
