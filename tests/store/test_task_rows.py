@@ -9,7 +9,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from agentqueue import AsyncQueue
+from agentqueue import AsyncQueue, ManualClock
 from agentqueue.store.postgres.dialect import ADAPTERS
 from agentqueue.store.rows import task_from_row, tasks_from_table
 
@@ -19,6 +19,33 @@ JSON_TEXTS = [
     '{"": [], "a": {"b": [{}]}, "ü": "\\n\\t\\\\"}',
     '{"a": 1, "a": 2}', " [ ] ", '{"x":{}}',
 ]  # fmt: skip
+
+
+async def test_a_claims_rows_share_their_times_and_keep_their_own(
+    queue: AsyncQueue, clock: ManualClock
+) -> None:
+    """The rows of one claim decode each of their times right when some are the same and some
+    differ between rows (SQLite decodes each distinct time once per statement)."""
+    submitted = []
+    for i in range(4):
+        submitted.append((await queue.submit(title=f"t{i}", task_type="bugfix", priority=2)).task)
+        clock.advance(1 + i)
+    await queue.admit(10)
+    claim_time = clock.advance(0.25)
+    claimed = await queue.claim(10, "w1")
+    assert [t.id for t in claimed] == [t.id for t in submitted]
+    for task, before in zip(claimed, submitted, strict=True):
+        assert task.created_at == before.created_at and task.eligible_at == before.eligible_at
+        assert task.started_at == task.locked_at == task.updated_at == claim_time
+    assert len({t.created_at for t in claimed}) == 4
+    store = queue.store
+    params = store.codec.params(ids=[t.id for t in claimed], tenant=None)
+    async with store._d.read() as s:  # type: ignore[attr-defined]
+        names, table = await s.fetch_table("get_tasks", params)
+        rows = await s.fetch("get_tasks", params)
+    by_table = sorted(tasks_from_table(names, table, store.codec), key=lambda t: t.title)
+    by_row = sorted((task_from_row(r, store.codec) for r in rows), key=lambda t: t.title)
+    assert [vars(t) for t in by_table] == [vars(t) for t in by_row]
 
 
 async def test_tasks_from_table_are_the_tasks_task_from_row_gives(queue: AsyncQueue) -> None:

@@ -33,6 +33,7 @@ from .base import (
 )
 
 R = TypeVar("R")
+T = TypeVar("T")
 
 
 class Row(Protocol):
@@ -243,12 +244,39 @@ def tasks_from_table(
 ) -> list[Task]:
     """Tasks from rows of aq_tasks given as value tuples, with the column names read once for
     the statement (every column, any order): what task_from_row gives for each, without a
-    name-keyed row built and copied for every task."""
-    return [_task(dict(zip(names, row, strict=True)), codec) for row in rows]
+    name-keyed row built and copied for every task.
+
+    Where the driver gives times as numbers (SQLite), each distinct time is decoded once for
+    the statement: the rows of one claim share most of theirs (claimed, heartbeat, started,
+    updated and lease expiry at the claim's time; created and eligible at their submit's),
+    and a datetime is immutable, so the tasks share it."""
+    if codec.native:
+        return [_task(dict(zip(names, row, strict=True)), codec) for row in rows]
+    time_in = _decoded_once(codec.time_in)
+    return [_task(dict(zip(names, row, strict=True)), codec, time_in) for row in rows]
 
 
-def _task(values: dict[str, Any], codec: Codec) -> Task:
-    """A Task from the columns of one aq_tasks row by name (the dict becomes the task's)."""
+def _decoded_once(decode: Callable[[Any], T]) -> Callable[[Any], T]:
+    """``decode``, remembering its answer for each value it was given (None is decoded each
+    time it comes: decoders answer None for it at once)."""
+    seen: dict[Any, T] = {}
+
+    def once(value: Any) -> T:
+        found = seen.get(value)
+        if found is None:
+            found = seen[value] = decode(value)
+        return found
+
+    return once
+
+
+def _task(
+    values: dict[str, Any],
+    codec: Codec,
+    time_in: Callable[[Any], datetime | None] | None = None,
+) -> Task:
+    """A Task from the columns of one aq_tasks row by name (the dict becomes the task's);
+    ``time_in`` decodes its times when given (else the codec's)."""
     values.pop("route_after", None)  # admission's own bookkeeping, not a task field
     values["state"] = TaskState(values["state"])
     values["depends_on"] = codec.uuids_in(values["depends_on"])
@@ -258,8 +286,9 @@ def _task(values: dict[str, Any], codec: Codec) -> Task:
         values["id"] = codec.uuid_in(values["id"])
         values["lock_token"] = codec.uuid_in(values["lock_token"])
         values["in_reply_to"] = codec.uuid_in(values["in_reply_to"])
+        decode_time = time_in or codec.time_in
         for name in _TIME_FIELDS:
-            values[name] = codec.time_in(values[name])
+            values[name] = decode_time(values[name])
         for name in _JSON_FIELDS:
             values[name] = codec.json_in(values[name])
     return Task.from_fields(values)
