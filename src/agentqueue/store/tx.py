@@ -245,7 +245,7 @@ class SQLTx(QueryOps):
 
         def admitted(found: list[Row]) -> list[UUID]:
             if len(found) == len(ids):
-                return list(ids)  # every one (the ids are distinct): in their order
+                return list(ids)  # as many rows as ids: each was written, in this order
             written = {uuid(r["id"]) for r in found}
             return [i for i in ids if i in written]
 
