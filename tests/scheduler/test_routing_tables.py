@@ -4,11 +4,13 @@ agent, draws from (AdmissionPolicy.limits_of, remembered per type and agent)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from agentqueue.pipelines.base import AgentBook, AgentProfile, Route
 from agentqueue.scheduler.admission import AdmissionPolicy
 
 
-def profile(name: str, types: set[str], labels: set[str] = frozenset()) -> AgentProfile:  # type: ignore[assignment]
+def profile(name: str, types: Iterable[str], labels: Iterable[str] = ()) -> AgentProfile:
     return AgentProfile(name, frozenset(types), frozenset(labels), 2)
 
 

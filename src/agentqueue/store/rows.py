@@ -33,7 +33,6 @@ from .base import (
 )
 
 R = TypeVar("R")
-T = TypeVar("T")
 
 
 class Row(Protocol):
@@ -94,9 +93,9 @@ class Codec:
     list_param: Callable[[list[Any]], Any] = list
     """A list parameter: a native array (PostgreSQL) or JSON text (SQLite)."""
     uuids_param: Callable[[Sequence[UUID]], Any] = list
-    """A list of UUIDs as one parameter, for a long list (an admission's ids): PostgreSQL's
-    array as its text (the driver dumps a list element by element, in Python), JSON text on
-    SQLite."""
+    """A list of task ids as one parameter (every ``ids`` a statement reads): PostgreSQL's
+    array as its text (the driver would dump a list element by element, in Python), JSON text
+    on SQLite."""
     duration_param: Callable[[str, float], tuple[str, Any]] = _seconds
     """A duration parameter's name and value: ``ttl`` as ``ttl_secs`` (float seconds) or as
     ``ttl_us`` (integer microseconds)."""
@@ -252,22 +251,9 @@ def tasks_from_table(
     and a datetime is immutable, so the tasks share it."""
     if codec.native:
         return [_task(dict(zip(names, row, strict=True)), codec) for row in rows]
-    time_in = _decoded_once(codec.time_in)
+    # Remembered per value for this statement only (a task's times are never mutated).
+    time_in = functools.cache(codec.time_in)
     return [_task(dict(zip(names, row, strict=True)), codec, time_in) for row in rows]
-
-
-def _decoded_once(decode: Callable[[Any], T]) -> Callable[[Any], T]:
-    """``decode``, remembering its answer for each value it was given (None is decoded each
-    time it comes: decoders answer None for it at once)."""
-    seen: dict[Any, T] = {}
-
-    def once(value: Any) -> T:
-        found = seen.get(value)
-        if found is None:
-            found = seen[value] = decode(value)
-        return found
-
-    return once
 
 
 def _task(

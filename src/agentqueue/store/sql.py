@@ -208,11 +208,11 @@ class SQLStore(QueryOps):
 
     async def get_tasks(self, ids: Sequence[UUID], tenant: str | None = None) -> list[Task]:
         """Tasks by id."""
-        return await self._read_tasks("get_tasks", ids=list(ids), tenant=tenant)
+        return await self._read_tasks("get_tasks", ids=self.codec.uuids_param(ids), tenant=tenant)
 
     async def replies(self, tenant: str, ids: Sequence[UUID]) -> list[Task]:
         """The replies to these tasks."""
-        return await self._read_tasks("replies", tenant=tenant, ids=list(ids))
+        return await self._read_tasks("replies", tenant=tenant, ids=self.codec.uuids_param(ids))
 
     async def list_tasks(self, flt: TaskFilter) -> list[Task]:
         """Filtered, newest first."""

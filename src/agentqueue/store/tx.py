@@ -143,11 +143,13 @@ class SQLTx(QueryOps):
 
     async def lock(self, ids: Sequence[UUID], tenant: str | None = None) -> list[Task]:
         """The tasks with these ids, locked."""
-        return await self._tasks(self._s, "lock_tasks", ids=list(ids), tenant=tenant)
+        return await self._tasks(
+            self._s, "lock_tasks", ids=self.codec.uuids_param(ids), tenant=tenant
+        )
 
     async def replies(self, tenant: str, ids: Sequence[UUID]) -> list[Task]:
         """The replies to these tasks (read, not locked)."""
-        return await self._tasks(self._s, "replies", tenant=tenant, ids=list(ids))
+        return await self._tasks(self._s, "replies", tenant=tenant, ids=self.codec.uuids_param(ids))
 
     async def lock_lapsed(self, limit: int, now: datetime) -> list[Task]:
         """Executing tasks whose lease ran out."""
@@ -182,7 +184,7 @@ class SQLTx(QueryOps):
 
     async def task_states(self, ids: Sequence[UUID]) -> dict[UUID, TaskState]:
         """States by id."""
-        rows = await self._s.fetch("task_states", self._p(ids=list(ids)))
+        rows = await self._s.fetch("task_states", self._p(ids=self.codec.uuids_param(ids)))
         return {self.codec.uuid(r["id"]): TaskState(r["state"]) for r in rows}
 
     # --- admission ------------------------------------------------------------------------
