@@ -867,6 +867,17 @@ class Settings(BaseModel):
             or any(t.rate_limit for t in self.task_types.values())
         )
 
+    @property
+    def claims_admit(self) -> bool:
+        """Whether admission is under a global cap alone (no agents, no rate limits): then a
+        worker's claim admits what it takes, counting the cap itself (ClaimParams.admit), and
+        the scheduler admits only when fair share has several tenants to weigh."""
+        return (
+            self.admission.max_active is not None
+            and not self.agents
+            and not any(t.rate_limit for t in self.task_types.values())
+        )
+
     def timeouts(self) -> dict[str, int]:
         """Configured attempt timeouts by task_type."""
         return {name: t.timeout_secs for name, t in self.task_types.items() if t.timeout_secs}

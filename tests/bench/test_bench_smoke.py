@@ -82,15 +82,17 @@ def test_settings_overrides_keep_the_drain_tuning() -> None:
     assert with_overrides(DRAIN_SETTINGS, None) is DRAIN_SETTINGS
 
 
-def test_admission_check_tells_the_scheduler_from_admit_at_submit() -> None:
-    from agentqueue.bench.admission import by_scheduler
+def test_admission_check_tells_a_later_admission_from_admit_at_submit() -> None:
+    from agentqueue.bench.admission import admitted_later
 
-    trail = {"admit_actor": "scheduler", "submit_seq": 1, "admit_seq": 2}
-    # Admitted as submitted, the admit event carries the submit time.
-    assert not by_scheduler({**trail, "admit_after_submit_ms": 0.0})
-    assert by_scheduler({**trail, "admit_after_submit_ms": 3.5})
-    assert not by_scheduler({**trail, "admit_actor": "bench", "admit_after_submit_ms": 3.5})
-    assert not by_scheduler({"task_id": None})
+    trail = {"admit_actor": "scheduler", "submit_actor": "bench", "submit_seq": 1, "admit_seq": 2}
+    # Admitted as submitted, the admit event carries the submit time and the submitter.
+    assert not admitted_later({**trail, "admit_after_submit_ms": 0.0})
+    assert admitted_later({**trail, "admit_after_submit_ms": 3.5})
+    # A worker's claim that admits (a global cap alone) is a later admission too.
+    assert admitted_later({**trail, "admit_actor": "worker-1", "admit_after_submit_ms": 3.5})
+    assert not admitted_later({**trail, "admit_actor": "bench", "admit_after_submit_ms": 3.5})
+    assert not admitted_later({"task_id": None})
 
 
 def test_api_smoke_run_reports_every_figure(bench_db: str, tmp_path: Path) -> None:

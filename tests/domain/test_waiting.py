@@ -44,6 +44,11 @@ def test_an_ended_task_waits_for_nothing() -> None:
 def test_a_pending_task_with_nothing_against_it_waits_for_admission() -> None:
     [reason] = why_waiting(make_task(assignee=None), Facts(now=START))
     assert (reason.code, reason.moves) == ("admission", True)
+    assert "the scheduler" in reason.text
+    # Under a global cap alone, a worker's claim admits it.
+    capped = Facts(now=START, max_active=5, active=1, claims_admit=True)
+    [reason] = why_waiting(make_task(assignee=None), capped)
+    assert reason.code == "admission" and "a worker's claim" in reason.text
 
 
 def test_a_paused_type_is_named_and_needs_a_person() -> None:

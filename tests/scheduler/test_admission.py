@@ -15,6 +15,7 @@ from scheduler_helpers import OpenQueue, agent
 from agentqueue import AsyncQueue, ManualClock, Task, TaskState
 from agentqueue.config import load_settings
 from agentqueue.domain.errors import ConfigError, InvalidInput
+from agentqueue.domain.states import Action
 from agentqueue.scheduler.steps import tick
 from agentqueue.service.execution import Outcome, OutcomeKind
 from agentqueue.store.base import Tx, WorkHints
@@ -30,6 +31,15 @@ async def complete_all(queue: AsyncQueue, tasks: list[Task]) -> None:
     )
 
 
+PLANNED: dict[str, object] = {
+    "admission": {"max_active": 10},
+    "task_types": {"docs": {"rate_limit": "docs"}},
+    "rate_limits": {"docs": {"per_minute": 6000, "burst": 1000}},
+}
+"""A cap and a rate limit: admission runs the planner (a global cap alone leaves it to the
+claims)."""
+
+
 async def admitted_titles(queue: AsyncQueue) -> list[str]:
     return [t.title for t in await queue.admit()]
 
@@ -37,6 +47,7 @@ async def admitted_titles(queue: AsyncQueue) -> list[str]:
 async def test_aged_p5_is_admitted_like_p2_and_the_p0_lane_still_goes_first(
     open_queue: OpenQueue, clock: ManualClock
 ) -> None:
+    """Under a global cap alone the claims admit (Settings.claims_admit), in admission order."""
     queue = await open_queue(admission={"max_active": 1})
     await queue.submit(title="old P5", task_type="docs", priority=5)
     clock.advance(minutes=30)  # 30 minutes at the default 10-minute aging interval: 5 -> 2
@@ -45,25 +56,51 @@ async def test_aged_p5_is_admitted_like_p2_and_the_p0_lane_still_goes_first(
     await queue.submit(title="P0", task_type="docs", priority=0, idempotency_key="k0")
     order = []
     for _ in range(4):
-        [task] = await queue.admit()
-        order.append(task.title)
-        [claimed] = await queue.claim(1, "w")
+        [claimed] = await queue.claim(2, "w")  # the cap of one leaves room for one
+        order.append(claimed.title)
         await queue.complete(claimed.id, claimed.lock_token)
     # P0 first; then the aged P5 ranks like P2 and, having waited longer, goes before it.
     assert order == ["P0", "old P5", "new P2", "new P3"]
 
 
-async def test_the_global_cap_counts_queued_and_executing_work(open_queue: OpenQueue) -> None:
+async def test_the_global_cap_counts_what_claims_took(open_queue: OpenQueue) -> None:
+    """Under a global cap alone the scheduler leaves one tenant's pending tasks to the claims,
+    which admit them, each up to what the cap leaves beside the executing ones."""
     queue = await open_queue(admission={"max_active": 3})
     await queue.submit_many([{"title": f"t{i}", "task_type": "docs"} for i in range(10)])
-    assert len(await queue.admit()) == 3
-    assert await queue.admit() == []  # three queued: the cap is reached
+    assert await queue.admit() == []  # one tenant waits: the claims admit
     claimed = await queue.claim(2, "w")
-    assert await queue.admit() == []  # executing counts too
+    assert len(claimed) == 2
+    for task in claimed:
+        actions = [(e.action, e.actor) for e in await queue.events(task.id)]
+        assert actions[1:] == [(Action.ADMIT, "w"), (Action.CLAIM, "w")]
+    assert len(await queue.claim(5, "w")) == 1  # the room left
+    assert await queue.claim(5, "w") == []  # three executing: the cap is reached
     await queue.complete(claimed[0].id, claimed[0].lock_token)
-    assert len(await queue.admit()) == 1
+    assert len(await queue.claim(5, "w")) == 1
     counts = (await queue.stats()).by_state
-    assert counts[S.QUEUED] + counts[S.EXECUTING] == 3
+    assert (counts[S.EXECUTING], counts[S.COMPLETED], counts[S.PENDING]) == (3, 1, 6)
+
+
+async def test_under_a_cap_alone_the_scheduler_admits_while_several_tenants_wait(
+    open_queue: OpenQueue,
+) -> None:
+    """With fair share, several tenants waiting are weighed by the planner: the scheduler
+    admits their tasks (its queued ones count toward the cap), and the claims take only those
+    while several tenants wait, admitting nothing themselves."""
+    queue = await open_queue(admission={"max_active": 4})
+    await queue.submit_many(
+        [{"title": f"a{i}", "task_type": "docs", "tenant": "a"} for i in range(3)]
+    )
+    await queue.submit_many(
+        [{"title": f"b{i}", "task_type": "docs", "tenant": "b"} for i in range(3)]
+    )
+    admitted = await queue.admit()
+    assert sorted(t.tenant for t in admitted) == ["a", "a", "b", "b"]
+    claimed = await queue.claim(10, "w")
+    assert {t.id for t in claimed} == {t.id for t in admitted}
+    assert await queue.claim(10, "w") == []
+    assert await queue.admit() == []  # the cap is full
 
 
 async def test_agent_cap_counts_a_retried_task_like_a_new_one(
@@ -246,12 +283,12 @@ async def test_a_pass_tells_of_each_admission_once_and_of_none_when_it_admits_no
 ) -> None:
     """A scheduler pass calls ``on_admitted`` (in a worker: its claimer, in the same process)
     once for an admission it made, the tasks then queued, and not at all when it admits
-    nothing; both ways of admitting (set-wise, and planned under a cap)."""
+    nothing; both ways of admitting (set-wise, and planned under a cap and a rate limit)."""
     from agentqueue.scheduler.steps import tick
 
     settings: dict[str, object] = {"queue": {"admit_on_submit": False}}
     if limited:
-        settings["admission"] = {"max_active": 10}
+        settings.update(PLANNED)
     queue = await open_queue(**settings)
     await queue.submit_many([{"title": f"t{i}", "task_type": "docs"} for i in range(3)])
     rt = await queue.runtime()
@@ -270,7 +307,7 @@ async def test_the_attempts_an_admission_claims_for_run_before_the_rest_of_its_p
     """A pass woken by news of pending work lets the attempts its admission's claims started
     take the event loop before it goes on (the next read of the pass is not on their dispatch
     path)."""
-    queue = await open_queue(admission={"max_active": 10})
+    queue = await open_queue(**PLANNED)
     await queue.submit(title="t", task_type="docs")
     rt = await queue.runtime()
     order: list[str] = []

@@ -1,5 +1,6 @@
-"""The hot set-wise writes of PostgreSQL (claim, complete, admit, admit_ids) count their own
-metrics (migration 0021) and mark it for the rollup trigger, which counts every other write's:
+"""The hot set-wise writes of PostgreSQL (claim, claim_admitting, complete, admit, admit_ids)
+count their own metrics (migration 0021) and mark it for the rollup trigger, which counts every
+other write's:
 the counts are exactly what the trigger alone gives over every event recorded, whatever path
 wrote them, and a statement's mark never reaches the next statement of its transaction."""
 
@@ -57,18 +58,22 @@ def recounted(url: str) -> Counter[Key]:
 async def test_every_path_is_counted_once_as_the_trigger_alone_counts(
     pg_url: str, clock: ManualClock
 ) -> None:
-    # Routed admission (admit_ids, with and without an agent), a global cap alone (admit),
-    # set-wise claims and completions, and the row-by-row writes (fail, retry, cancel).
+    # Routed admission (admit_ids, with and without an agent), set-wise admission (admit),
+    # claims that admit (a global cap alone: claim_room, claim_admitting), set-wise claims and
+    # completions, and the row-by-row writes (fail, retry, cancel).
     routed = AsyncQueue(
         pg_url,
         clock=clock,
         settings=Settings(agents={"fixer": agent(["bugfix"], 3)}),
         actor="tester",
     )
+    plain = AsyncQueue(
+        pg_url, clock=clock, settings=Settings(queue={"admit_on_submit": False}), actor="tester"
+    )
     capped = AsyncQueue(
         pg_url, clock=clock, settings=Settings(admission={"max_active": 50}), actor="tester"
     )
-    async with routed, capped:
+    async with routed, plain, capped:
         for i in range(3):
             await routed.submit(title=f"fix{i}", task_type="bugfix", payload={}, max_retries=2)
             await routed.submit(title=f"doc{i}", task_type="docs", payload={}, tenant="t2")
@@ -86,17 +91,23 @@ async def test_every_path_is_counted_once_as_the_trigger_alone_counts(
         clock.advance(120)
         await routed.promote_due_retries()
         assert len(await routed.admit()) == 1  # fix0, routed again
-        for i in range(4):
-            await capped.submit(title=f"cap{i}", task_type="docs", payload={})
-        assert len(await capped.admit()) == 4
+        for i in range(2):
+            await plain.submit(title=f"set{i}", task_type="docs", payload={})
+        assert len(await plain.admit()) == 2
         clock.advance(1)
-        again = await routed.claim(10, "w2", None, ["fixer"])  # fix0's second start, and cap*
+        again = await routed.claim(10, "w2", None, ["fixer"])  # fix0's second start, and set*
+        assert len(again) == 3
+        for i in range(2):
+            await capped.submit(title=f"cap{i}", task_type="docs", payload={})
+        assert await capped.admit() == []  # the claims admit
+        again += await capped.claim(10, "w3")
         assert len(again) == 5
         clock.advance(1)
         await capped.finish(
             [Outcome(t.id, t.lock_token, OutcomeKind.COMPLETED, claimed=t) for t in again]
         )
-        assert (await capped.claim(10, "w3")) == []  # nothing left: a claim that updates no row
+        assert (await plain.claim(10, "w3")) == []  # nothing left: a claim that updates no row
+        assert (await capped.claim(10, "w3")) == []  # nor one that admits
 
     got = stored_counts(pg_url)
     assert got == recounted(pg_url)

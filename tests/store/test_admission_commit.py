@@ -18,7 +18,7 @@ from agentqueue.config import Settings
 from agentqueue.domain.states import Action, bulk_event
 from agentqueue.scheduler.admission import admit_limited
 from agentqueue.store import Store
-from agentqueue.store.base import ClaimParams, Tx
+from agentqueue.store.base import ClaimAdmission, ClaimParams, Tx
 from agentqueue.store.tx import SQLTx
 
 pytestmark = pytest.mark.postgres
@@ -121,7 +121,13 @@ async def test_the_scheduler_of_a_worker_admits_durably_and_a_lone_scheduler_rel
     async def hand_over(tx: Tx, now: datetime, agents: frozenset[str | None]) -> Any:
         return lambda committed: None
 
-    queue = AsyncQueue(pg_url, settings=Settings(admission={"max_active": 10}))
+    # A cap and a rate limit: the planner admits (a cap alone leaves it to the claims).
+    settings = Settings(
+        admission={"max_active": 10},
+        task_types={"docs": {"rate_limit": "docs"}},
+        rate_limits={"docs": {"per_minute": 6000, "burst": 1000}},
+    )
+    queue = AsyncQueue(pg_url, settings=settings)
     try:
         await queue.submit_many([{"title": f"t{i}", "task_type": "docs"} for i in range(3)])
         rt = await queue.runtime()
@@ -130,3 +136,20 @@ async def test_the_scheduler_of_a_worker_admits_durably_and_a_lone_scheduler_rel
     finally:
         await queue.close()
     assert seen == ["on", "off"]
+
+
+async def test_a_claim_that_admits_commits_durably(one_connection: Store, pg_url: str) -> None:
+    """A claim that admits (a global cap alone) takes the admission lock, never relaxed: the
+    attempts it starts are on disk when it commits."""
+    store = one_connection
+    queue = AsyncQueue(pg_url, settings=Settings(admission={"max_active": 10}))
+    try:
+        await queue.submit(title="t", task_type="bugfix")  # pending: the claim admits it
+    finally:
+        await queue.close()
+    now = datetime.now(UTC)
+    admit = ClaimAdmission(10, True, bulk_event(Action.ADMIT, now, "w1"))
+    params = ClaimParams(1, now, bulk_event(Action.CLAIM, now, "w1"), 600.0, 30.0, 5.0, admit=admit)
+    async with store.transaction() as tx:
+        assert len(await (await tx.claim_next(params)).get()) == 1
+        assert await _setting(tx._s._conn) == "on"  # type: ignore[attr-defined]

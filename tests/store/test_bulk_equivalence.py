@@ -8,9 +8,11 @@ same request through decide() and the Python audit chain.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from agentqueue import AsyncQueue, ManualClock, Task, TaskState
+from agentqueue.domain.audit import RowFields, row_mac
 from agentqueue.domain.states import (
     BULK_ACTIONS,
     Action,
@@ -19,6 +21,7 @@ from agentqueue.domain.states import (
     decide_or_raise,
 )
 from agentqueue.service.records import stamp
+from agentqueue.store.base import ClaimAdmission, ClaimParams
 
 
 def expected(task: Task, request: Request) -> tuple[Task, Any]:
@@ -143,3 +146,72 @@ async def test_a_routed_admission_writes_what_decide_would(
         assert task.agent == "fixer"
         assert_same(task, image)
         await assert_last_event(queue, task, wanted)
+
+
+async def test_a_claim_that_admits_writes_what_decide_would_admitting_then_claiming(
+    queue: AsyncQueue, clock: ManualClock
+) -> None:
+    """Under a global cap alone a claim admits what it takes (ClaimParams.admit): each
+    pending task it takes ends as decide() leaves it after an ADMIT then a CLAIM by the
+    worker, with both events, hashes and the admit event's row signature (verify) as the
+    Python chain writes them."""
+    tasks = await make(queue, clock)
+    now = clock.advance(3)
+    wants = {t.id: expected(t, Request(Action.ADMIT, now, actor="worker-7")) for t in tasks}
+    settings = queue.settings.queue
+    params = ClaimParams(
+        10,
+        now,
+        bulk_event(Action.CLAIM, now, "worker-7"),
+        settings.aging_interval_secs,
+        settings.lease_ttl_secs,
+        settings.deadline_grace_secs,
+        admit=ClaimAdmission(100, False, bulk_event(Action.ADMIT, now, "worker-7")),
+    )
+    claimed = await queue.store.claim(params)
+    assert {t.id for t in claimed} == set(wants)
+    for task in claimed:
+        admitted, admit_event = wants[task.id]
+        request = Request(
+            Action.CLAIM,
+            now,
+            actor="worker-7",
+            worker="worker-7",
+            new_lock_token=task.lock_token,
+            lease_ttl_secs=settings.lease_ttl_secs,
+            deadline_grace_secs=settings.deadline_grace_secs,
+        )
+        image, claim_event = expected(admitted, request)
+        assert_same(task, image)
+        assert_same(await queue.get(task.id), image)
+        events = await queue.events(task.id)
+        for got, wanted in ((events[-2], admit_event), (events[-1], claim_event)):
+            for name in ("seq", "at", "from_state", "to_state", "action", "actor", "data"):
+                assert getattr(got, name) == getattr(wanted, name), name
+            assert got.hash == wanted.hash
+    assert (await queue.verify()).ok
+    # verify checks the head event's row signature; the admit event's, no longer the head,
+    # must sign the row as it stood queued (no worker yet), as the ADMIT alone writes it.
+    async with queue.store.audit_snapshot() as snapshot:
+        heads = {h.task_id: h.row async for h in snapshot.heads}
+        macs = {(e.task_id, e.action): (e.hash, e.row_mac) async for e in snapshot.events}
+    for task in claimed:
+        row = heads[task.id]
+        assert row is not None
+        admit_hash, mac = macs[(task.id, "admit")]
+        queued = replace(row, state="queued", assigned_to=None)
+        assert mac == row_mac(*_columns(queued, admit_hash))
+
+
+def _columns(row: RowFields, event_hash: str) -> tuple[Any, ...]:
+    """What row_mac takes for ``row`` signed by the event of ``event_hash``."""
+    return (
+        event_hash,
+        row.state,
+        row.priority,
+        row.payload,
+        row.result,
+        row.assigned_to,
+        row.approved_by,
+        row.retry_count,
+    )

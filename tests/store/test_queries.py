@@ -27,6 +27,10 @@ POSTGRES_ONLY = {
     "begin",
     "commit",
     "rollback",
+    # A claim that admits (Settings.claims_admit): the room counted under the admission lock,
+    # then one row update admitting and claiming; SQLite admits first (admit_for_claim)
+    "claim_room",
+    "claim_admitting",
 }
 SQLITE_ONLY = {
     # Events (and a purged task's output) written in a statement of their own after the write
@@ -36,6 +40,10 @@ SQLITE_ONLY = {
     "admit_events",
     "complete_events",
     "purge_logs",
+    # The first step of a claim that admits (Settings.claims_admit): SQLite admits what the
+    # claim after it may take; PostgreSQL counts the room (claim_room) and admits and claims
+    # in one row update (claim_admitting).
+    "admit_for_claim",
 }
 
 

@@ -19,7 +19,6 @@ import tempfile
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
-from uuid import UUID
 
 import psycopg
 import pytest
@@ -30,6 +29,7 @@ from agentqueue.config import Settings
 from agentqueue.domain.errors import InvalidInput, StoreError, StoreUnavailable
 from agentqueue.domain.states import Action, TaskState, bulk_event
 from agentqueue.scheduler.admission import admit_limited
+from agentqueue.service import execution
 from agentqueue.service.runtime import Runtime
 from agentqueue.store import Store
 from agentqueue.store.base import (
@@ -195,32 +195,26 @@ async def test_an_admission_and_its_claim_go_with_its_commit(store: Store, pg_ur
     assert await store.count_by_state() == {TaskState.EXECUTING: 2}
 
 
-async def test_an_admission_under_a_global_cap_alone_is_one_round_trip(
-    store: Store, pg_url: str
-) -> None:
-    """Under a global cap alone, an admission pass with its worker's claim sends BEGIN, the
-    lock, the room read, the ADMIT (which counts the room itself), the claim and the COMMIT
-    together: one round trip. It admits up to the cap, and the claim takes what it admitted;
-    the next pass finds the cap full, admits nothing, and claims what is still queued."""
+async def test_a_claim_that_admits_is_one_round_trip(store: Store, pg_url: str) -> None:
+    """Under a global cap alone a claim admits what it takes (Settings.claims_admit): BEGIN,
+    the admission lock, the room (counted in a statement after the lock's, so that its
+    snapshot sees every admission before), the claim and the COMMIT go together, one round
+    trip. The scheduler's pass, with one tenant waiting, is one read and admits nothing."""
     await _pending(pg_url, 4)
     rt = Runtime(store, Settings(admission={"max_active": 3}))
-    claimed: list[UUID] = []
-
-    async def hand_over(
-        tx: Tx, at: datetime, agents: frozenset[str | None]
-    ) -> Callable[[bool], None]:
-        later = await tx.claim_next(_claim(at, 2))
-        return lambda committed: claimed.extend(t.id for t in later.result())
-
-    await rt.paused_types()  # read at most once a second, not in every pass
-    async with Trace(store) as first:
-        admitted = await admit_limited(rt, 10, hand_over)
-    assert len(admitted) == 3 and claimed == admitted[:2]
-    assert first.round_trips == 1
-    async with Trace(store) as second:
-        assert await admit_limited(rt, 10, hand_over) == []
-    assert claimed == admitted
-    assert second.round_trips == 1
+    await rt.paused_types()  # read at most once a second, not in every claim
+    async with Trace(store) as trace:
+        claimed = await execution.claim(rt, 2, "w1")
+    assert len(claimed) == 2 and trace.round_trips == 1
+    text = trace.text
+    order = ['"BEGIN"', "pg_advisory_xact_lock(", "'agentqueue.claim_room'", "coalesce(p.ah"]
+    at = [text.index(marker) for marker in [*order, '"COMMIT"']]
+    assert at == sorted(at) and at[-1] < text.index("\tSync")
+    assert await admit_limited(rt, 10) == []  # its read prepared on the connection
+    async with Trace(store) as trace:
+        assert await admit_limited(rt, 10) == []
+    assert trace.round_trips == 1 and "BEGIN" not in trace.text
+    assert len(await execution.claim(rt, 2, "w1")) == 1  # the room the cap of 3 leaves
     assert await store.count_by_state() == {TaskState.EXECUTING: 3, TaskState.PENDING: 1}
 
 
@@ -231,7 +225,8 @@ async def test_an_admission_that_claims_announces_only_what_it_leaves_queued(
     claims all it admitted announces nothing (the next notice heard is a later marker), and
     one that leaves some queued announces them once, after its claims."""
     await _pending(pg_url, 2)
-    rt = Runtime(store, Settings(admission={"max_active": 10}))
+    # A cap and a rate limit: the planner admits (a cap alone leaves it to the claims).
+    rt = Runtime(store, PLANNED)
     room = [5]
 
     async def hand_over(
@@ -253,6 +248,14 @@ async def test_an_admission_that_claims_announces_only_what_it_leaves_queued(
         assert len(await admit_limited(rt, 10, hand_over)) == 2  # one left queued
         assert (await asyncio.wait_for(heard, timeout=10)).channel == CHANNEL_QUEUED
     assert await store.count_by_state() == {TaskState.EXECUTING: 3, TaskState.QUEUED: 1}
+
+
+PLANNED = Settings(
+    admission={"max_active": 10},
+    task_types={"docs": {"rate_limit": "docs"}},
+    rate_limits={"docs": {"per_minute": 6000, "burst": 1000}},
+)
+"""A cap and a rate limit: every admission pass goes through the planner."""
 
 
 ROUTED = Settings(

@@ -142,15 +142,20 @@ def test_an_app_that_cannot_be_imported_exits_2_naming_it(tmp_path: Path) -> Non
     assert result.exit_code == 2 and "app: cannot import no_such_module" in result.stderr
 
 
+@pytest.mark.parametrize("cap_alone", [True, False], ids=["cap-alone", "cap-and-rate"])
 async def test_under_limits_the_admitting_worker_claims_in_the_admissions_transaction(
-    db_url: str,
+    db_url: str, cap_alone: bool
 ) -> None:
-    """With a global cap the worker's own scheduler admits each task and, in the same
-    transaction, the worker claims it: the claim event carries the admission's time, so no
-    notice and no separate claim stood between them. The cap still counts the claimed tasks."""
-    settings = Settings(
-        worker={"poll_secs": 0.1}, queue={"lease_ttl_secs": 5}, admission={"max_active": 2}
-    )
+    """Under a global cap alone the worker's claims admit what they take; with a rate limit
+    too, the worker's own scheduler admits each task and, in the same transaction, the worker
+    claims it. Either way the claim event carries the admission's time, so no notice and no
+    separate claim stood between them, and the cap still counts the claimed tasks."""
+    limits: dict[str, Any] = {"admission": {"max_active": 2}}
+    if not cap_alone:
+        limits["task_types"] = {"job": {"rate_limit": "jobs"}}
+        limits["rate_limits"] = {"jobs": {"per_minute": 6000, "burst": 100}}
+    settings = Settings(worker={"poll_secs": 0.1}, queue={"lease_ttl_secs": 5}, **limits)
+    assert settings.claims_admit is cap_alone
     queue = AsyncQueue(db_url, settings=settings)
     running_now: list[int] = []
     gate = asyncio.Event()
@@ -176,6 +181,7 @@ async def test_under_limits_the_admitting_worker_claims_in_the_admissions_transa
     await asyncio.wait_for(running, 10)
     for task in submitted:
         events = {e.action: e for e in await queue.events(task.id)}
-        assert events["admit"].actor != "admitter"  # the scheduler admits
+        # The worker's claim admits under a cap alone; else its scheduler does.
+        assert (events["admit"].actor == "admitter") is cap_alone
         assert events["claim"].actor == "admitter"
         assert events["claim"].at == events["admit"].at

@@ -79,6 +79,7 @@ async def admit_trail(queue: AsyncQueue) -> dict[str, Any]:
         "task_id": str(task.id),
         "actions": [str(e.action) for e in events],
         "admit_actor": None if admit is None else admit.actor,
+        "submit_actor": None if submit is None else submit.actor,
         "submit_seq": None if submit is None else submit.seq,
         "admit_seq": None if admit is None else admit.seq,
         "admit_after_submit_ms": None

@@ -22,7 +22,7 @@ import shutil
 import statistics
 from typing import Any
 
-from .admission import LIMITS, by_scheduler, drain_pass, traced_drain
+from .admission import LIMITS, admitted_later, drain_pass, traced_drain
 from .common import Backend, BenchContext, Row, fmt_ms, fmt_rate, ratio, target_row
 from .drain import describe
 from .latency import WORKER_CONCURRENCY, measure
@@ -79,8 +79,8 @@ def check(drain: dict[str, Any], latency: dict[str, Any]) -> dict[str, Any]:
     for what, figures in (("drain", drain), ("latency", latency)):
         if figures.get("worker_admission_limited") is not True:
             problems.append(f"the {what} worker's admission was not limited")
-        if not by_scheduler(figures.get("admit_trail")):
-            problems.append(f"a {what} task was not admitted by the scheduler")
+        if not admitted_later(figures.get("admit_trail")):
+            problems.append(f"a {what} task was not admitted after its submit")
     if problems:
         raise NotRouted("routed: " + "; ".join(problems))
     return {

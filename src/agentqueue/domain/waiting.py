@@ -105,6 +105,8 @@ class Facts:
     agent_load: Mapping[str, int] = field(default_factory=dict)
     max_active: int | None = None
     active: int = 0
+    claims_admit: bool = False
+    """Under a global cap alone workers' claims admit, not the scheduler."""
     dependencies: Mapping[UUID, Task] = field(default_factory=dict)
     route: Callable[[Task], RouteAnswer] = _no_route
     scope: Scope | None = None
@@ -206,7 +208,8 @@ def why_waiting(task: Task, facts: Facts, depth: int = 0) -> list[Reason]:
             )
         )
     if state is S.PENDING and len(reasons) == 0:
-        reasons.append(Reason("admission", "waits for the scheduler to admit it", True))
+        who = "a worker's claim" if facts.claims_admit else "the scheduler"
+        reasons.append(Reason("admission", f"waits for {who} to admit it", True))
     return _with_scope(task, facts, reasons, agents)
 
 

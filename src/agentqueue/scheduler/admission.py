@@ -33,7 +33,7 @@ from ..pipelines import Route
 from ..service.load import Load
 from ..service.records import ADMITTER
 from ..service.runtime import Runtime
-from ..store.base import AdmitParams, Bucket, Candidate, CandidateQuery, Later, Room, Tx
+from ..store.base import Bucket, Candidate, CandidateQuery, Later, Tx
 
 
 @dataclass(frozen=True)
@@ -322,13 +322,10 @@ what to do once the transaction has ended (True: committed)."""
 @dataclass(frozen=True)
 class Admitting:
     """What an admission sent: the ids it admits (best first: read once it has committed),
-    the agents it admits to (None: no agent), and, for the one-statement admission under a
-    global cap alone, what it counted beside (the room: read once committed, it tells whether
-    several tenants waited, for which the planner must run)."""
+    and the agents it admits to (None: no agent)."""
 
     ids: Later[list[UUID]]
     agents: frozenset[str | None]
-    room: Later[Room] | None = None
 
 
 async def admit_limited(rt: Runtime, limit: int, hand_over: HandOver | None = None) -> list[UUID]:
@@ -336,24 +333,27 @@ async def admit_limited(rt: Runtime, limit: int, hand_over: HandOver | None = No
     best first. One transaction: counts, candidates, buckets and the admissions together, and,
     with ``hand_over``, the claims of the worker this scheduler runs in (its tasks start as the
     admission commits, with no notice and no claim of their own to wait for). The admissions
-    and those claims are sent with the COMMIT (Tx.admit_next): what they wrote is read once it
-    has committed.
+    and those claims are sent with the COMMIT: what they wrote is read once it has committed.
 
-    Under a global cap alone that is one round trip: the ADMIT counts the room itself, and
-    admits nothing when fair share has several tenants to weigh; the room read beside it says
-    so, and the planner then runs, in a transaction of its own."""
+    Under a global cap alone the workers' claims admit (Settings.claims_admit): a pass reads
+    the room, and runs the planner only when fair share has several tenants to weigh (the
+    claims then take no pending task)."""
     policy = AdmissionPolicy.from_settings(rt.settings)
-    ids = await _admit_once(rt, policy, limit, hand_over, planner=not policy.only_global_cap)
-    if ids is None:  # several tenants wait under fair share: the planner weighs them
-        ids = await _admit_once(rt, policy, limit, hand_over, planner=True)
-    return ids or []
+    if rt.settings.claims_admit:
+        # Workers' claims admit what they take, counting the cap themselves: the scheduler
+        # admits only what fair share must weigh (several tenants waiting, with room left).
+        room = await rt.store.admission_room()
+        if not (policy.fair_share and room.several_tenants):
+            return []
+        if capacity(policy, Load(room.active, {}, {}), limit) == 0:
+            return []
+    return await _admit_once(rt, policy, limit, hand_over)
 
 
 async def _admit_once(
-    rt: Runtime, policy: AdmissionPolicy, limit: int, hand_over: HandOver | None, planner: bool
-) -> list[UUID] | None:
-    """One admission transaction (see admit_limited); None when the one-statement admission
-    found several tenants waiting under fair share and room for them (it admitted nothing).
+    rt: Runtime, policy: AdmissionPolicy, limit: int, hand_over: HandOver | None
+) -> list[UUID]:
+    """One admission transaction (see admit_limited).
 
     When the worker claims in it (``hand_over``), the admission is ``claiming``: its commit
     waits for the disk as every claim's does (the lock does not relax it), and its writes
@@ -367,10 +367,7 @@ async def _admit_once(
     try:
         async with rt.store.transaction() as tx:
             claiming = hand_over is not None
-            if planner:
-                admitting = await _admit_in(tx, rt, policy, now, limit, paused, claiming)
-            else:
-                admitting = await _admit_within_cap(tx, policy, now, limit, paused, claiming)
+            admitting = await _admit_in(tx, rt, policy, now, limit, paused, claiming)
             if admitting is not None and hand_over is not None:
                 after = await hand_over(tx, now, admitting.agents)
                 # The admission announced nothing: workers hear of what its claims left.
@@ -379,42 +376,7 @@ async def _admit_once(
     finally:
         if after is not None:
             after(committed)
-    if admitting is None:
-        return []
-    ids = admitting.ids.result()
-    if admitting.room is not None and not ids:
-        room = admitting.room.result()
-        if room.several_tenants and capacity(policy, Load(room.active, {}, {}), limit) > 0:
-            return None
-    return ids
-
-
-async def _admit_within_cap(
-    tx: Tx,
-    policy: AdmissionPolicy,
-    now: datetime,
-    limit: int,
-    paused: list[str],
-    claiming: bool,
-) -> Admitting:
-    """Admission under a global cap alone: the best tasks in claim order, up to the room the
-    cap leaves, in one statement that counts that room itself under the lock; with fair share,
-    only while one tenant waits (the room read beside it tells the caller when several did).
-    Everything goes with the COMMIT: the lock, the count, the ADMIT and any claims."""
-    await tx.lock_admission(relaxed=not claiming)
-    room = await tx.admission_room() if policy.fair_share else None
-    event = bulk_event(Action.ADMIT, now, ADMITTER)
-    params = AdmitParams(
-        limit,
-        now,
-        policy.aging_secs,
-        event,
-        paused,
-        policy.max_active,
-        policy.fair_share,
-        notify=not claiming,
-    )
-    return Admitting(await tx.admit_next(params), frozenset({None}), room)
+    return [] if admitting is None else admitting.ids.result()
 
 
 async def _admit_in(

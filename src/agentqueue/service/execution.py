@@ -21,7 +21,7 @@ from ..domain.models import LogRecord, Task
 from ..domain.states import Action, Refusal, RefusalKind, Request, TaskState, bulk_event
 from ..domain.values import NUL, without_nul
 from ..store import Lease
-from ..store.base import ClaimParams, Later, Tx
+from ..store.base import ClaimAdmission, ClaimParams, Later, Tx
 from .records import apply_decisions, decide_and_apply
 from .runtime import Runtime
 
@@ -76,6 +76,14 @@ async def claim_params(
         raise InvalidInput("must name the worker", "worker")
     now = now or rt.clock.now()
     settings = rt.settings.queue
+    admit = None
+    if rt.settings.claims_admit:
+        # Under a global cap alone the claim admits what it takes: ADMIT, then CLAIM.
+        admission = rt.settings.admission
+        assert admission.max_active is not None
+        admit = ClaimAdmission(
+            admission.max_active, admission.fair_share, bulk_event(Action.ADMIT, now, worker)
+        )
     return ClaimParams(
         limit=n,
         now=now,
@@ -87,6 +95,7 @@ async def claim_params(
         # Read at most once a second: a pause reaches every worker's claims within that.
         paused=sorted(await rt.paused_types()),
         agents=agents,
+        admit=admit,
     )
 
 

@@ -51,6 +51,7 @@ async def _facts(rt: Runtime, tasks: Sequence[Task], scope: Scope | None) -> Fac
         agent_load=dict(load.by_agent),
         max_active=settings.admission.max_active,
         active=load.total,
+        claims_admit=settings.claims_admit,
         dependencies=await _dependencies(rt, tasks),
         route=route,
         scope=scope,

@@ -389,23 +389,33 @@ class ClaimParams:
     task_types: Sequence[str] | None = None
     paused: Sequence[str] = ()
     agents: Sequence[str] | None = None
+    admit: ClaimAdmission | None = None
+    """With it, the claim admits too (admission under a global cap alone)."""
+
+
+@dataclass(frozen=True)
+class ClaimAdmission:
+    """What a claim that admits takes beside its own (Settings.claims_admit): after the queued
+    tasks, pending ones of its types, due and best first, within the room the global cap
+    ``max_active`` leaves beside the queued and executing tasks (counted under the admission
+    lock), each admitted (``event``, the ADMIT) and claimed in the one transaction; with
+    ``one_tenant``, none while several tenants have pending tasks (the planner weighs them)."""
+
+    max_active: int
+    one_tenant: bool
+    event: BulkEvent
 
 
 @dataclass(frozen=True)
 class AdmitParams:
     """What ``admit`` and ``Tx.admit_next`` take: up to ``limit`` pending tasks due at ``now``,
-    none of a ``paused`` type, priorities aging one level every ``aging_secs``; with
-    ``max_active``, only as many as leaves at most that many queued and executing (counted in
-    the admission's statement); with ``one_tenant``, none while several tenants have pending
-    tasks."""
+    none of a ``paused`` type, priorities aging one level every ``aging_secs``."""
 
     limit: int
     now: datetime
     aging_secs: float
     event: BulkEvent
     paused: Sequence[str] = ()
-    max_active: int | None = None
-    one_tenant: bool = False
     notify: bool = True
     """Announce the admitted tasks (CHANNEL_QUEUED) at commit; false for an admission that
     claims, which calls Tx.notify_queued after its claims instead."""
@@ -880,6 +890,11 @@ class TaskReader(Protocol):
     async def active_load(self) -> list[LoadRow]:
         """Admitted work (queued and executing) per (tenant, agent), as admission counts it,
         read outside a write transaction (for reports: ``show``, ``--until-idle``)."""
+        ...
+
+    async def admission_room(self) -> Room:
+        """What a global cap counts and which tenants wait (as Tx.admission_room), read
+        outside a write transaction: a hint, for a scheduler whose workers' claims admit."""
         ...
 
     async def count_parked(self, now: datetime, tenant: str | None = None) -> int:

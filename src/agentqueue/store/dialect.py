@@ -81,6 +81,9 @@ class Dialect(Protocol):
     codec: Codec
     orders_in_sql: bool
     """True when ``claim`` and ``admit`` return their rows in claim order already."""
+    admitting_claim: tuple[str, str]
+    """A claim that admits (ClaimParams.admit), after the admission lock: the statement that
+    takes the room, then the claim, whose rows come back in no order."""
 
     @property
     def commits(self) -> int:

@@ -29,6 +29,7 @@ from .base import (
     NewTask,
     OutboxRow,
     Purge,
+    Room,
     TaskHead,
 )
 
@@ -490,6 +491,12 @@ def _record_decoders(cls: type[Any], codec: Codec) -> tuple[tuple[str, Callable[
         "bool": bool,  # SQLite keeps 0 and 1
     }
     return tuple((f.name, decoders.get(str(f.type), _same)) for f in fields(cls))
+
+
+def room_from_rows(rows: Sequence[Row]) -> Room:
+    """The answer of ``admission_room``: what a global cap counts, and the tenants waiting."""
+    first, last = rows[0]["first"], rows[0]["last"]
+    return Room(int(rows[0]["n"]), first is not None, first != last)
 
 
 def load_rows(rows: Sequence[Row]) -> list[LoadRow]:

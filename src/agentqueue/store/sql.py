@@ -41,6 +41,7 @@ from .base import (
     NewTask,
     Notice,
     PausedType,
+    Room,
     TaskFilter,
     TaskHead,
     WorkerSlots,
@@ -58,6 +59,7 @@ from .rows import (
     event_from_row,
     load_rows,
     record_from_row,
+    room_from_rows,
     stored_event_from_row,
     task_head_from_row,
 )
@@ -117,7 +119,13 @@ class SQLStore(QueryOps):
     # --- the set-wise hot transitions (domain.states.BULK_ACTIONS) ---------------------------
 
     async def claim(self, params: ClaimParams) -> list[Task]:
-        """Pick, lock, update and record events for the batch; the rows in claim order."""
+        """Pick, lock, update and record events for the batch; the rows in claim order. A
+        claim that admits is a transaction of its own (the admission lock, the room, the
+        claim: one round trip with its COMMIT)."""
+        if params.admit is not None:
+            async with self.transaction() as tx:
+                claimed = await tx.claim_next(params)
+            return claimed.result()
         async with self._d.write() as s:
             return await self._claim(s, params, self._d.orders_in_sql)
 
@@ -247,6 +255,10 @@ class SQLStore(QueryOps):
     async def active_load(self) -> list[LoadRow]:
         """Admitted work per (tenant, agent), read without taking the write lock."""
         return load_rows(await self._read("active_load"))
+
+    async def admission_room(self) -> Room:
+        """Three index reads, without the admission lock nor the write lock."""
+        return room_from_rows(await self._read("admission_room"))
 
     async def count_parked(self, now: datetime, tenant: str | None = None) -> int:
         """One count."""

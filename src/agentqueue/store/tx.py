@@ -19,6 +19,7 @@ from .base import (
     Candidate,
     CandidateQuery,
     Change,
+    ClaimAdmission,
     ClaimParams,
     DeliveryResult,
     IntakeSource,
@@ -47,6 +48,7 @@ from .rows import (
     purge_rows,
     record_from_row,
     records_from_table,
+    room_from_rows,
     tasks_from_table,
 )
 
@@ -85,6 +87,8 @@ class QueryOps:
             data=p.event.data_text,
         )
         values.update(self.codec.durations(aging=p.aging_secs, ttl=p.ttl_secs, grace=p.grace_secs))
+        if p.admit is not None:
+            values.update(admit_tail=p.admit.event.tail, admit_data=p.admit.event.data_text)
         return values
 
     def _claimed(
@@ -105,8 +109,6 @@ class QueryOps:
         params = self._p(
             paused=list(p.paused),
             limit=p.limit,
-            max_active=p.max_active,
-            one_tenant=p.one_tenant,
             notify=p.notify,
             now=p.now,
             actor=p.event.actor,
@@ -197,12 +199,7 @@ class SQLTx(QueryOps):
     async def admission_room(self) -> Later[Room]:
         """Queued plus executing tasks, and whether one or several tenants have pending
         tasks; sent later."""
-
-        def room(rows: list[Row]) -> Room:
-            first, last = rows[0]["first"], rows[0]["last"]
-            return Room(int(rows[0]["n"]), first is not None, first != last)
-
-        return (await self._s.fetch_later("admission_room")).map(room)
+        return (await self._s.fetch_later("admission_room")).map(room_from_rows)
 
     async def admit_next(self, params: AdmitParams) -> Later[list[UUID]]:
         """The store's ADMIT, inside this transaction, sent later (its notice, unless
@@ -218,9 +215,28 @@ class SQLTx(QueryOps):
         if self._relaxed:
             await self._s.commit_durably()
             self._relaxed = False
+        if params.admit is not None:
+            admitting = await self._admitting_claim(params, params.admit)
+            return admitting.map(lambda t: self._claimed(t, params, False))
         table = await self._s.fetch_table_later("claim", self._claim_values(params))
         orders_in_sql = self._dialect.orders_in_sql
         return table.map(lambda t: self._claimed(t, params, orders_in_sql))
+
+    async def _admitting_claim(
+        self, p: ClaimParams, admit: ClaimAdmission
+    ) -> Later[tuple[list[str], list[Sequence[Any]]]]:
+        """A claim that admits (``p.admit``): the admission lock (kept to the end of this
+        transaction), the dialect's step that takes the room the cap leaves, then its claim,
+        all sent later (at the latest with the COMMIT); the claimed rows come back unordered."""
+        s = self._s
+        await s.lock_admission(relaxed=False)
+        values = self._claim_values(p)
+        first, claim = self._dialect.admitting_claim
+        # The first step's events are the ADMIT's: its actor, tail and data.
+        room = {**values, "max_active": admit.max_active, "one_tenant": admit.one_tenant}
+        room.update(actor=admit.event.actor, tail=admit.event.tail, data=admit.event.data_text)
+        await s.fetch_later(first, room)
+        return await s.fetch_table_later(claim, values)
 
     async def admit_ids(
         self,

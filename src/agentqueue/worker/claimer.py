@@ -50,6 +50,8 @@ class Claimer:
     in_flight: int
     on_dry: Callable[[], None]
     on_claimed: Callable[[], None]
+    claims_admit: bool = False
+    """Claims admit pending tasks too (Settings.claims_admit): pending work is work."""
     claimed: int = field(default=0, init=False)
     _reserved: dict[str, int] = field(init=False)
     _empty: set[str] = field(default_factory=set, init=False)
@@ -190,5 +192,5 @@ class Claimer:
         except AgentQueueError:
             return
         self._outage.ok("claiming")
-        if hints.queued:
+        if hints.queued or (self.claims_admit and hints.admissible):
             self._empty.clear()

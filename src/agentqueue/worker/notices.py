@@ -2,9 +2,10 @@
 
 A revocation stops the attempts it names; news of stored deliveries wakes the deliverer; news
 of tool calls wakes the tool runner; news of queued work wakes the claimer (a queued P0 task may
-also preempt); anything else wakes the embedded scheduler. A bare "something changed" notice
-(SQLite) is checked with one read before claiming (and before delivering). The claimer's slow
-poll covers a listener that drops.
+also preempt), and so does news of pending work when claims admit (a global cap alone); anything
+else wakes the embedded scheduler. A bare "something changed" notice (SQLite) is checked with
+one read before claiming (and before delivering). The claimer's slow poll covers a listener
+that drops.
 """
 
 from __future__ import annotations
@@ -54,11 +55,14 @@ class NoticeRouter:
         work_hints: Callable[[], Awaitable[WorkHints]],
         wake: Wakeups,
         jobs: Supervisor,
+        pending_is_work: bool = False,
     ) -> None:
         self.store = store
         self.work_hints = work_hints
         self.wake = wake
         self.jobs = jobs
+        self.pending_is_work = pending_is_work
+        """Claims admit (Settings.claims_admit): news of pending work wakes the claimer too."""
         self._probe: asyncio.Task[None] | None = None
         self._probe_again = False
 
@@ -90,7 +94,7 @@ class NoticeRouter:
             self._probe_again = True
             if self._probe is None or self._probe.done():
                 self._probe = self.jobs.start(self._probe_queued(), "agentqueue-probe")
-        elif channel != CHANNEL_PENDING:
+        elif channel != CHANNEL_PENDING or self.pending_is_work:
             self.wake.work()
 
     async def _probe_queued(self) -> None:
@@ -101,7 +105,7 @@ class NoticeRouter:
                 hints = await self.work_hints()
             except AgentQueueError:
                 return  # the claimer's poll looks again (and reports an outage)
-            if hints.queued:
+            if hints.queued or (self.pending_is_work and hints.admissible):
                 self.wake.work()
             if hints.p0_queued:
                 self.wake.p0()

@@ -166,6 +166,7 @@ class Worker:
             in_flight=options.claims_in_flight,
             on_dry=self._scheduler_wake,
             on_claimed=self._wake.set,
+            claims_admit=queue.settings.claims_admit,
         )
         self._tracing = queue.settings.logging.opentelemetry and tracing_installed()
         self.summary = RunSummary()
@@ -214,6 +215,7 @@ class Worker:
                 deliveries=self._deliveries_wake,
             ),
             self.jobs,
+            pending_is_work=queue.settings.claims_admit,
         )
 
     # --- control ------------------------------------------------------------------------------

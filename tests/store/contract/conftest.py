@@ -37,7 +37,13 @@ from agentqueue.service.runtime import Runtime
 from agentqueue.service.submit import build_task
 from agentqueue.spec import parse_specs
 from agentqueue.store import Change, NewTask, Store, Tx, make_store
-from agentqueue.store.base import AdmitParams, Candidate, CandidateQuery, ClaimParams
+from agentqueue.store.base import (
+    AdmitParams,
+    Candidate,
+    CandidateQuery,
+    ClaimAdmission,
+    ClaimParams,
+)
 
 _QUEUE = Settings().queue
 LEASE_TTL = _QUEUE.lease_ttl_secs
@@ -82,11 +88,20 @@ async def claim(
     grace_secs: float = GRACE,
     paused: Sequence[str] = (),
     agents: Sequence[str] | None = None,
+    max_active: int | None = None,
+    one_tenant: bool = False,
 ) -> list[Task]:
-    """``Store.claim``; the event defaults to a CLAIM by ``worker`` at ``now``."""
+    """``Store.claim``; the event defaults to a CLAIM by ``worker`` at ``now``. With
+    ``max_active``, a claim that admits (ClaimParams.admit: its ADMIT by ``worker`` at
+    ``now``)."""
     event = event or bulk_event(Action.CLAIM, now, worker)
+    admit = None
+    if max_active is not None:
+        admit = ClaimAdmission(max_active, one_tenant, bulk_event(Action.ADMIT, now, worker))
     return await store.claim(
-        ClaimParams(limit, now, event, aging_secs, ttl_secs, grace_secs, task_types, paused, agents)
+        ClaimParams(
+            limit, now, event, aging_secs, ttl_secs, grace_secs, task_types, paused, agents, admit
+        )
     )
 
 
@@ -97,13 +112,11 @@ def admit_params(
     *,
     aging_secs: float = AGING,
     paused: Sequence[str] = (),
-    max_active: int | None = None,
-    one_tenant: bool = False,
 ) -> AdmitParams:
     """What ``Store.admit`` and ``Tx.admit_next`` take; the event defaults to an ADMIT by the
     scheduler at ``now``."""
     event = event or bulk_event(Action.ADMIT, now, ADMITTER)
-    return AdmitParams(limit, now, aging_secs, event, paused, max_active, one_tenant)
+    return AdmitParams(limit, now, aging_secs, event, paused)
 
 
 async def admit(store: Store, limit: int, now: datetime, *args: Any, **kw: Any) -> list[UUID]:

@@ -12,9 +12,10 @@ from agentqueue import ManualClock
 from agentqueue.domain.states import Action, TaskState, bulk_event
 from agentqueue.service.runtime import Runtime
 from agentqueue.store import Store
-from agentqueue.store.base import Bucket, ClaimParams, LoadRow, Tx
+from agentqueue.store.base import Bucket, ClaimParams, LoadRow, Room, Tx
 
 from .conftest import (
+    WORKER,
     admission_candidates,
     admit,
     admit_next,
@@ -151,39 +152,71 @@ async def test_admit_next_admits_inside_the_transaction(
     assert t.state is TaskState.QUEUED and len(await store.events(high.id)) == 2
 
 
-async def test_admit_next_counts_the_room_a_global_cap_leaves(
+async def test_a_claim_that_admits_takes_queued_tasks_then_pending_ones_within_the_cap(
     store: Store, rt: Runtime, clock: ManualClock
 ) -> None:
-    """With ``max_active``, ADMIT counts queued and executing tasks itself and admits only
-    what leaves at most that many (and never more than ``limit``); a full cap admits none."""
+    """With ``max_active`` (a claim that admits), the claim takes the queued tasks it may
+    first, then the best pending ones of its types, as many as leave at most that many queued
+    and executing, each with an admit event and a claim event by the worker; a full cap
+    leaves the rest pending."""
     await insert(rt, admitted=True, task_type="run")
-    await claim(store, 1, clock.now(), task_types=["run"])  # one executing
-    await insert(rt, admitted=True)  # one queued
+    await claim(store, 1, clock.now(), task_types=["run"])  # one executing, another type
+    queued = await insert(rt, admitted=True, priority=6)
     waiting = [await insert(rt, priority=p) for p in (1, 2, 3, 4)]
     now = clock.now()
-    async with store.transaction() as tx:
-        await tx.lock_admission()
-        assert await admit_next(tx, 10, now, max_active=4) == [w.id for w in waiting[:2]]
-    async with store.transaction() as tx:
-        assert await admit_next(tx, 10, now, max_active=4) == []
-        assert await admit_next(tx, 1, now, max_active=6) == [waiting[2].id]
-        assert await admit_next(tx, 10, now) == [waiting[3].id]  # no cap: the limit alone
+    got = await claim(store, 10, now, task_types=["bugfix"], max_active=4)
+    # The room: 4 - 1 executing - 1 queued = 2; the queued one first, in claim order after.
+    assert [t.id for t in got] == [waiting[0].id, waiting[1].id, queued.id]
+    assert {t.state for t in got} == {TaskState.EXECUTING}
+    for task in got[:2]:
+        events = await store.events(task.id)
+        assert [(e.action, e.actor, e.seq) for e in events[1:]] == [
+            (Action.ADMIT, WORKER, 2),
+            (Action.CLAIM, WORKER, 3),
+        ]
+        assert task.event_seq == 3 and task.last_hash == events[-1].hash
+    assert await claim(store, 10, now, task_types=["bugfix"], max_active=4) == []
+    states = {t.id: t.state for t in await store.get_tasks([w.id for w in waiting])}
+    assert [states[w.id] for w in waiting[2:]] == [TaskState.PENDING, TaskState.PENDING]
+    [more] = await claim(store, 10, now, task_types=["bugfix"], max_active=5)
+    assert more.id == waiting[2].id
 
 
-async def test_admit_next_for_one_tenant_admits_none_while_several_wait(
+async def test_a_claim_that_admits_takes_only_what_it_may_claim(
     store: Store, rt: Runtime, clock: ManualClock
 ) -> None:
-    """With ``one_tenant`` (fair share weighs several tenants in the planner), ADMIT admits
-    nothing while more than one tenant has pending tasks, and admits as usual while one has;
-    another tenant's admitted work does not count."""
+    """It admits no more than its limit leaves beside the queued tasks it takes, and no
+    pending task of another type, of a paused type, or not yet due."""
+    queued = [await insert(rt, admitted=True) for _ in range(2)]
+    pending = [await insert(rt) for _ in range(3)]
+    other = await insert(rt, task_type="docs")
+    paused = await insert(rt, task_type="ops")
+    later = await insert(rt, run_after=clock.now() + timedelta(hours=1))
+    now = clock.now()
+    got = await claim(store, 3, now, task_types=["bugfix"], max_active=100)
+    assert [t.id for t in got] == [queued[0].id, queued[1].id, pending[0].id]
+    got = await claim(store, 10, now, task_types=["bugfix", "ops"], paused=["ops"], max_active=100)
+    assert [t.id for t in got] == [pending[1].id, pending[2].id]
+    states = {t.id: t.state for t in await store.get_tasks([other.id, paused.id, later.id])}
+    assert set(states.values()) == {TaskState.PENDING}
+
+
+async def test_a_claim_that_admits_for_one_tenant_admits_none_while_several_wait(
+    store: Store, rt: Runtime, clock: ManualClock
+) -> None:
+    """With ``one_tenant`` (fair share weighs several tenants in the planner), the claim takes
+    no pending task while more than one tenant has some, and takes them while one has; the
+    queued tasks it takes as ever."""
     a = await insert(rt, tenant="a")
     b = await insert(rt, tenant="b")
-    await insert(rt, tenant="c", admitted=True)
+    c = await insert(rt, tenant="c", admitted=True)
     now = clock.now()
-    async with store.transaction() as tx:
-        assert await admit_next(tx, 10, now, max_active=10, one_tenant=True) == []
-        assert await admit_next(tx, 1, now, max_active=10) == [a.id]
-        assert await admit_next(tx, 10, now, max_active=10, one_tenant=True) == [b.id]
+    got = await claim(store, 10, now, max_active=10, one_tenant=True)
+    assert [t.id for t in got] == [c.id]
+    [first] = await claim(store, 1, now, max_active=10)
+    assert first.id == a.id
+    [second] = await claim(store, 10, now, max_active=10, one_tenant=True)
+    assert second.id == b.id
 
 
 async def test_claim_next_claims_inside_the_transaction(
@@ -379,3 +412,19 @@ async def test_note_waiting_records_why_and_sets_pending_tasks_aside(
         assert await admission_candidates(tx, now, ["default"], 5) == []
         back = await admission_candidates(tx, until, ["default"], 5)
         assert [c.id for c in back] == [parked.id]
+
+
+async def test_the_room_read_outside_a_transaction_is_the_one_inside(
+    store: Store, rt: Runtime, clock: ManualClock
+) -> None:
+    """Store.admission_room (a scheduler's hint when claims admit) answers what
+    Tx.admission_room does: admitted work, whether any task is pending, whether several
+    tenants have some."""
+    assert await store.admission_room() == Room(0, False, False)
+    await insert(rt, admitted=True)
+    await insert(rt, tenant="a")
+    assert await store.admission_room() == Room(1, True, False)
+    await insert(rt, tenant="b")
+    room = await store.admission_room()
+    async with store.transaction() as tx:
+        assert room == await (await tx.admission_room()).get() == Room(1, True, True)

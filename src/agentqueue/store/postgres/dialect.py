@@ -40,7 +40,8 @@ CODEC = Codec(
 PREPARED = frozenset(
     {
         # the hot set-wise statements
-        "claim", "complete", "admit", "admit_ids", "insert_tasks", "apply", "heartbeat",
+        "claim", "claim_room", "claim_admitting", "complete", "admit", "admit_ids", "insert_tasks",
+        "apply", "heartbeat",
         "insert_logs",
         # reads and locks every loop makes
         "lock_tasks", "lock_lapsed", "lock_due_retries", "lock_tool_timeouts", "lock_tool_work",
@@ -282,6 +283,9 @@ class PostgresDialect:
     push_notifications = True
     codec = CODEC
     orders_in_sql = True
+    # The room counted (a setting of the transaction), then one row update admitting and
+    # claiming each pending task it takes.
+    admitting_claim = ("claim_room", "claim_admitting")
 
     def __init__(
         self, url: str, *, min_size: int = 1, max_size: int = 10, wait_secs: float = 15.0

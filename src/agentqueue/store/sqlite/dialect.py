@@ -38,6 +38,7 @@ FOLLOW_UPS = {
     "apply": ("insert_events",),
     "purge": ("insert_events", "purge_logs"),
     "claim": ("claim_events",),
+    "admit_for_claim": ("admit_events",),
     "admit": ("admit_events",),
     "admit_ids": ("admit_events",),
     "complete": ("complete_events",),
@@ -234,6 +235,8 @@ class SQLiteDialect:
     push_notifications = False
     codec = CODEC
     orders_in_sql = False  # the claim and admit UPDATEs return rows unordered
+    # One writer at a time: admit what the claim may take, then claim as always.
+    admitting_claim = ("admit_for_claim", "claim")
     listen_interval_secs = 0.02
     """How often listeners look for commits while the file is busy..."""
     listen_idle_interval_secs = 0.1

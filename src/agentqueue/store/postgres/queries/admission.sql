@@ -3,25 +3,8 @@
 -- decides (BULK_ACTIONS), and extends each task's audit chain with aq_event_hash().
 
 -- name: admit
--- ADMIT the best admissible pending tasks, set-wise, within the room; returns their ids.
-WITH room AS (
-    -- How many: up to %(limit)s; under a global cap (%(max_active)s, NULL: none) only what it
-    -- leaves beside the queued and executing tasks; none while several tenants have pending
-    -- tasks and %(one_tenant)s (fair share then weighs them in the planner). Counted in this
-    -- statement, under the admission lock its transaction holds: an admission under a cap
-    -- alone is one round trip. A CASE branch not taken runs none of its subqueries.
-    SELECT CASE
-        WHEN %(one_tenant)s AND (
-            SELECT tenant FROM aq_tasks WHERE state = 'pending' ORDER BY tenant LIMIT 1
-        ) IS DISTINCT FROM (
-            SELECT tenant FROM aq_tasks WHERE state = 'pending' ORDER BY tenant DESC LIMIT 1
-        ) THEN 0
-        WHEN %(max_active)s::integer IS NULL THEN %(limit)s
-        ELSE GREATEST(0, LEAST(%(limit)s, %(max_active)s::integer
-            - (SELECT count(*) FROM aq_tasks WHERE state = 'queued')
-            - (SELECT count(*) FROM aq_tasks WHERE state = 'executing')))
-    END AS n
-), picked AS (
+-- ADMIT the best admissible pending tasks, set-wise, up to the limit; returns their ids.
+WITH picked AS (
     SELECT t.ctid FROM generate_series(0, 9) AS lv(priority)
     CROSS JOIN LATERAL (
         SELECT ctid, priority, eligible_at, seq FROM aq_tasks
@@ -33,7 +16,7 @@ WITH room AS (
           -- scan stays on the partial index, in order, with its LIMIT, statistics or not.
           AND NOT (task_type = ANY(%(paused)s::text[]))
         ORDER BY eligible_at, seq
-        LIMIT (SELECT n FROM room)
+        LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
     ) t
     ORDER BY
@@ -42,7 +25,7 @@ WITH room AS (
             GREATEST(0, extract(epoch FROM (%(now)s::timestamptz - t.eligible_at)))
             / %(aging_secs)s)::integer) END,
         t.eligible_at, t.seq
-    LIMIT (SELECT n FROM room)
+    LIMIT %(limit)s
 ), upd AS (
     UPDATE aq_tasks t SET
         state = 'queued',
@@ -128,11 +111,15 @@ GROUP BY agent
 -- How many tasks are admitted (queued or executing), and which tenants have pending work.
 -- One count per state, each from its partial index (the state index leaves both out); the
 -- tenants from the two ends of the pending tenant index (none pending: both NULL; several iff
--- they differ).
+-- they differ), ordered by the whole of its key: no other index gives that order, so the
+-- planner cannot walk the listing index instead, past every task no longer pending, as it
+-- did when statistics taken before a drain still called nearly every task pending.
 SELECT (SELECT count(*) FROM aq_tasks WHERE state = 'queued')
      + (SELECT count(*) FROM aq_tasks WHERE state = 'executing') AS n,
-    (SELECT tenant FROM aq_tasks WHERE state = 'pending' ORDER BY tenant LIMIT 1) AS first,
-    (SELECT tenant FROM aq_tasks WHERE state = 'pending' ORDER BY tenant DESC LIMIT 1) AS last
+    (SELECT tenant FROM aq_tasks WHERE state = 'pending'
+     ORDER BY tenant, priority, eligible_at, seq LIMIT 1) AS first,
+    (SELECT tenant FROM aq_tasks WHERE state = 'pending'
+     ORDER BY tenant DESC, priority DESC, eligible_at DESC, seq DESC LIMIT 1) AS last
 
 -- name: pending_tenants
 -- Tenants that have pending tasks, skipping through the index.

@@ -98,6 +98,120 @@ ORDER BY
         / %(aging_secs)s)::integer) END,
     eligible_at, seq
 
+-- name: claim_room
+-- Count the room a global cap leaves, for claim_admitting: after the admission lock, before it.
+-- What `admit` counts (none while several tenants have pending tasks and %(one_tenant)s: the
+-- planner weighs them), kept in a setting of this transaction that claim_admitting reads. Its
+-- own statement, sent after the admission lock's: its snapshot sees every admission before.
+SELECT set_config('agentqueue.claim_room', CASE
+    WHEN %(one_tenant)s AND (
+        SELECT tenant FROM aq_tasks WHERE state = 'pending'
+        ORDER BY tenant, priority, eligible_at, seq LIMIT 1
+    ) IS DISTINCT FROM (
+        SELECT tenant FROM aq_tasks WHERE state = 'pending'
+        ORDER BY tenant DESC, priority DESC, eligible_at DESC, seq DESC LIMIT 1
+    ) THEN 0
+    ELSE GREATEST(0, %(max_active)s::integer
+        - (SELECT count(*) FROM aq_tasks WHERE state = 'queued')
+        - (SELECT count(*) FROM aq_tasks WHERE state = 'executing'))
+END::text, true)
+
+-- name: claim_admitting
+-- CLAIM for a worker under a global cap alone, admitting what it takes; returns them as claimed.
+-- The claim of admission under a global cap alone (Settings.claims_admit): the best queued
+-- tasks first, then, within the room claim_room counted just before (under the admission
+-- lock), the best pending ones, each admitted and claimed in one row update with both events,
+-- ADMIT then CLAIM, as decide() would write them one after the other (the admit event signs
+-- the row as it stood queued). Rows come back unordered (the store sorts them), which keeps
+-- the query within psycopg's 4 KiB cache.
+WITH room AS (
+    SELECT LEAST(%(limit)s, current_setting('agentqueue.claim_room')::integer) AS n
+), found AS (
+    -- The best of each priority level, queued and (within the room) pending, ranked apart.
+    SELECT t.*, row_number() OVER (PARTITION BY t.admit ORDER BY (t.priority <> 0),
+        CASE WHEN t.priority = 0 THEN 0 ELSE GREATEST(1, t.priority - floor(GREATEST(0,
+        extract(epoch FROM (%(now)s::timestamptz - t.eligible_at))) / %(aging_secs)s)::integer)
+        END, t.eligible_at, t.seq) AS r
+    FROM generate_series(0, 9) AS lv(priority)
+    CROSS JOIN LATERAL (
+        SELECT * FROM (SELECT ctid, id, started_at IS NULL AS first, priority, eligible_at, seq,
+            false AS admit, last_hash AS prev, assigned_to AS was_assigned, tenant, event_seq
+        FROM aq_tasks
+        WHERE state = 'queued' AND priority = lv.priority
+          AND (%(task_types)s::text[] IS NULL OR task_type = ANY(%(task_types)s::text[]))
+          AND (%(agents)s::text[] IS NULL OR agent IS NULL OR agent = ANY(%(agents)s::text[]))
+          AND NOT (task_type = ANY(%(paused)s::text[]))
+        ORDER BY eligible_at, seq LIMIT %(limit)s FOR UPDATE SKIP LOCKED) q
+        UNION ALL
+        SELECT * FROM (SELECT ctid, id, started_at IS NULL, priority, eligible_at, seq, true,
+            last_hash, assigned_to, tenant, event_seq FROM aq_tasks
+        WHERE state = 'pending' AND priority = lv.priority AND eligible_at <= %(now)s
+          AND (%(task_types)s::text[] IS NULL OR task_type = ANY(%(task_types)s::text[]))
+          AND NOT (task_type = ANY(%(paused)s::text[]))
+        ORDER BY eligible_at, seq LIMIT (SELECT n FROM room) FOR UPDATE SKIP LOCKED) p
+    ) t
+), picked AS (
+    -- Queued tasks first (admitted already), then pending ones, each in claim order; the hash
+    -- of a pending task's admit event here, once (the update and its event read it).
+    SELECT ctid, id, first, admit, was_assigned, CASE WHEN admit
+        THEN aq_event_hash(prev, id, tenant, event_seq + 1, %(admit_tail)s) END AS ah
+    FROM found WHERE r <= CASE WHEN admit THEN (SELECT n FROM room) ELSE %(limit)s END
+    ORDER BY admit, r LIMIT %(limit)s
+), upd AS (
+    UPDATE aq_tasks t SET
+        state = 'executing',
+        agent = CASE WHEN p.admit THEN NULL ELSE t.agent END,
+        lock_token = gen_random_uuid(),
+        locked_at = %(now)s,
+        heartbeat_at = %(now)s,
+        lease_expires_at = %(now)s::timestamptz
+            + make_interval(secs => LEAST(%(ttl_secs)s, t.timeout_secs + %(grace_secs)s)),
+        assigned_to = %(worker)s,
+        started_at = %(now)s,
+        state_reason = NULL,
+        updated_at = %(now)s,
+        event_seq = t.event_seq + 1 + p.admit::integer,
+        last_hash = aq_event_hash(coalesce(p.ah, t.last_hash), t.id, t.tenant,
+            t.event_seq + 1 + p.admit::integer, %(tail)s)
+    -- A TID scan of the picked rows, joined to their picks (for the admit hash); arguments the
+    -- hash functions read twice are plain values, so PostgreSQL inlines the functions.
+    FROM picked p WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM picked)) AND t.ctid = p.ctid
+    RETURNING t.*
+), ev AS (
+    INSERT INTO aq_events (task_id, seq, tenant, at, from_state, to_state, action, actor,
+        reason, data, hash, row_mac)
+    SELECT u.id, u.event_seq - 1, u.tenant, %(now)s, 'pending', 'queued', 'admit', %(worker)s,
+        '', %(admit_data)s::json, p.ah, aq_row_mac(p.ah, 'queued', u.priority, u.payload::text,
+        u.result::text, p.was_assigned, u.approved_by, u.retry_count)
+    FROM upd u JOIN picked p ON p.id = u.id AND p.admit
+    UNION ALL
+    SELECT u.id, u.event_seq, u.tenant, %(now)s, 'queued', 'executing', 'claim', %(worker)s, '',
+        %(data)s::json, u.last_hash, aq_row_mac(u.last_hash, u.state, u.priority,
+        u.payload::text, u.result::text, u.assigned_to, u.approved_by, u.retry_count)
+    FROM upd u
+), counted AS (
+    -- As in claim: the latency of each first start, and the depth (a task admitted here goes
+    -- from pending to executing).
+    INSERT INTO aq_metric_counts AS m (writer, tenant, task_type, agent, metric, label, n, total)
+    SELECT pg_backend_pid()::text, u.tenant, x.tt, x.ag, x.metric, x.label, sum(x.n), sum(x.v)
+    FROM upd u JOIN picked p ON p.id = u.id
+    CROSS JOIN LATERAL (
+        SELECT extract(epoch FROM %(now)s::timestamptz - u.created_at)::double precision AS v
+    ) s
+    CROSS JOIN LATERAL (
+        SELECT u.task_type AS tt, coalesce(u.agent, '') AS ag, 'latency' AS metric,
+            aq_metric_bucket(s.v) AS label, 1 AS n, s.v AS v WHERE p.first
+        UNION ALL SELECT '', '', 'depth', CASE WHEN p.admit THEN 'pending' ELSE 'queued' END, -1, 0
+        UNION ALL SELECT '', '', 'depth', 'executing', 1, 0
+    ) x
+    GROUP BY u.tenant, x.tt, x.ag, x.metric, x.label
+    ON CONFLICT (writer, tenant, task_type, agent, metric, label)
+    DO UPDATE SET n = m.n + EXCLUDED.n, total = m.total + EXCLUDED.total
+)
+-- The mark that this statement counted its events (see claim).
+SELECT upd.* FROM upd
+CROSS JOIN (SELECT set_config('agentqueue.counted', 'on', true)) AS counted_mark
+
 -- name: complete
 -- COMPLETE the tasks whose lease still holds, set-wise; returns each new audit head.
 -- Fenced: only rows still executing under the reported lock_token are completed.

@@ -3,23 +3,7 @@
 -- batch's hash tail as :tail; its events follow in admit_events over the ids written).
 
 -- name: admit
--- ADMIT the best admissible pending tasks, set-wise, within the room; returns their ids.
-WITH room(n) AS (
-    -- How many: up to :limit; under a global cap (:max_active, NULL: none) only what it leaves
-    -- beside the queued and executing tasks; none while several tenants have pending tasks
-    -- and :one_tenant (fair share then weighs them in the planner). Counted in this statement,
-    -- inside the admission's transaction. A CASE branch not taken runs none of its subqueries.
-    SELECT CASE
-        WHEN :one_tenant AND (
-            SELECT tenant FROM aq_tasks WHERE state = 'pending' ORDER BY tenant LIMIT 1
-        ) IS NOT (
-            SELECT tenant FROM aq_tasks WHERE state = 'pending' ORDER BY tenant DESC LIMIT 1
-        ) THEN 0
-        WHEN :max_active IS NULL THEN :limit
-        ELSE max(0, min(:limit, :max_active
-            - (SELECT count(*) FROM aq_tasks WHERE state IN ('queued', 'executing'))))
-    END
-)
+-- ADMIT the best admissible pending tasks, set-wise, up to the limit; returns their ids.
 UPDATE aq_tasks SET
     state = 'queued',
     agent = NULL,
@@ -35,13 +19,13 @@ WHERE state = 'pending' AND seq IN (
           AND q.eligible_at <= :now  -- max(created, run_after): "run_after has passed"
           AND q.task_type NOT IN (SELECT value FROM json_each(:paused))
         ORDER BY q.eligible_at, q.seq
-        LIMIT (SELECT n FROM room))
+        LIMIT :limit)
     ORDER BY
         (t.priority <> 0),
         CASE WHEN t.priority = 0 THEN 0
              ELSE max(1, t.priority - (max(0, :now - t.eligible_at) / :aging_us)) END,
         t.eligible_at, t.seq
-    LIMIT (SELECT n FROM room))
+    LIMIT :limit)
 RETURNING id, priority, eligible_at, seq
 
 -- name: admit_events

@@ -55,6 +55,58 @@ WHERE state = 'queued' AND seq IN (
     LIMIT :limit)
 RETURNING *
 
+-- name: admit_for_claim
+-- ADMIT, for the claim after it, the pending tasks it may take within the room a cap leaves.
+-- The first step of the claim of admission under a global cap alone (Settings.claims_admit):
+-- the best pending tasks the claim could take (its types, none paused, due), as many as the
+-- cap leaves beside the queued and executing tasks and the claim leaves beside the queued
+-- tasks it can take (those go first), none while several tenants have pending tasks and
+-- :one_tenant (the planner weighs them). Counted and written in the claim's transaction: one
+-- writer at a time. Their admit events follow (admit_events); `claim`, sent next, takes them.
+WITH room(n) AS (
+    SELECT CASE
+        WHEN :one_tenant AND (
+            SELECT tenant FROM aq_tasks WHERE state = 'pending' ORDER BY tenant LIMIT 1
+        ) IS NOT (
+            SELECT tenant FROM aq_tasks WHERE state = 'pending' ORDER BY tenant DESC LIMIT 1
+        ) THEN 0
+        ELSE max(0, min(
+            :max_active - (SELECT count(*) FROM aq_tasks WHERE state IN ('queued', 'executing')),
+            :limit - (SELECT count(*) FROM (
+                SELECT 1 FROM aq_tasks AS q
+                WHERE q.state = 'queued'
+                  AND (:task_types IS NULL OR q.task_type IN (SELECT value FROM json_each(:task_types)))
+                  AND (:agents IS NULL OR q.agent IS NULL
+                       OR q.agent IN (SELECT value FROM json_each(:agents)))
+                  AND q.task_type NOT IN (SELECT value FROM json_each(:paused))
+                LIMIT :limit))))
+    END
+)
+UPDATE aq_tasks SET
+    state = 'queued',
+    agent = NULL,
+    state_reason = NULL,
+    updated_at = :now,
+    event_seq = event_seq + 1,
+    last_hash = aq_event_hash(last_hash, id, tenant, event_seq + 1, :tail)
+WHERE state = 'pending' AND seq IN (
+    SELECT t.seq FROM (VALUES (0), (1), (2), (3), (4), (5), (6), (7), (8), (9)) AS lv
+    JOIN aq_tasks AS t ON t.seq IN (
+        SELECT q.seq FROM aq_tasks AS q
+        WHERE q.state = 'pending' AND q.priority = lv.column1
+          AND q.eligible_at <= :now
+          AND (:task_types IS NULL OR q.task_type IN (SELECT value FROM json_each(:task_types)))
+          AND q.task_type NOT IN (SELECT value FROM json_each(:paused))
+        ORDER BY q.eligible_at, q.seq
+        LIMIT (SELECT n FROM room))
+    ORDER BY
+        (t.priority <> 0),
+        CASE WHEN t.priority = 0 THEN 0
+             ELSE max(1, t.priority - (max(0, :now - t.eligible_at) / :aging_us)) END,
+        t.eligible_at, t.seq
+    LIMIT (SELECT n FROM room))
+RETURNING id
+
 -- name: claim_events
 -- The claim events of the tasks just claimed (:written).
 INSERT INTO aq_events (task_id, seq, tenant, at, from_state, to_state, action, actor, reason,
