@@ -396,6 +396,25 @@ async def test_the_claimer_stops_during_an_outage_and_claims_again_when_it_ends(
     assert woken == ["scheduler", "worker"]  # came back short: the queue ran dry
 
 
+@pytest.mark.parametrize("claims_admit", [False, True])
+async def test_the_claimers_poll_counts_pending_work_only_when_claims_admit(
+    queue: AsyncQueue, claims_admit: bool
+) -> None:
+    """An executor left alone after a short claim is woken by the poll when work is queued, and
+    also, when claims admit (a global cap alone), when work is pending."""
+    await queue.submit(title="t", task_type="bugfix")  # pending
+    started: list[Task] = []
+    claimer = claimer_on(
+        queue, Slots(max_concurrent=5), started, batch=10, in_flight=1, claims_admit=claims_admit
+    )
+    claimer.fill()
+    await claimer.jobs.wait_all(claimer.claiming)
+    assert started == []  # nothing queued: the executor now waits for news
+    await claimer.poll()
+    claimer.fill()
+    assert bool(claimer.claiming) is claims_admit
+
+
 def claimer_on(queue: AsyncQueue, executor: Slots, started: list[Task], **options: Any) -> Claimer:
     """A claimer of one executor claiming from ``queue`` as worker w1; the tasks it would start
     go to ``started``."""
@@ -563,6 +582,38 @@ async def test_notices_lead_to_their_wakeups(queue: AsyncQueue) -> None:
     router.route(Notice(CHANNEL_CHANGED))  # a bare commit: one read says whether work waits
     await asyncio.wait_for(asyncio.gather(*router.jobs.jobs), 5)
     assert calls == ["tools", "scheduler", "work"]
+
+
+async def test_when_claims_admit_news_of_pending_work_wakes_the_claimer(queue: AsyncQueue) -> None:
+    """Under a global cap alone (claims admit), new pending work is the claimer's news alone (a
+    claim that comes back short wakes the scheduler); a completion or a resumed type, also
+    announced as pending news, wakes both; a bare commit finding only pending work claims."""
+    calls: list[str] = []
+    router = NoticeRouter(
+        queue.store,
+        lambda: queue.store.work_hints(queue.clock.now()),
+        Wakeups(
+            revoke=lambda payload: None,
+            tools=lambda: None,
+            work=lambda: calls.append("work"),
+            p0=lambda: None,
+            scheduler=lambda: calls.append("scheduler"),
+        ),
+        Supervisor(log),
+        pending_is_work=True,
+    )
+    router.route(Notice(CHANNEL_PENDING, ""))
+    assert calls == ["work"]
+    calls.clear()
+    for payload in ("completed", "resumed"):
+        router.route(Notice(CHANNEL_PENDING, payload))
+    assert calls == ["scheduler", "work", "scheduler", "work"]
+    calls.clear()
+    await queue.submit(title="t", task_type="bugfix", run_after=queue.clock.now())
+    assert (await queue.store.count_by_state()).get(TaskState.QUEUED, 0) == 0
+    router.route(Notice(CHANNEL_CHANGED))
+    await asyncio.wait_for(asyncio.gather(*router.jobs.jobs), 5)
+    assert calls == ["scheduler", "work"]
 
 
 async def test_tool_runs_go_on_through_an_outage() -> None:

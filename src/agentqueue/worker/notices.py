@@ -87,6 +87,11 @@ class NoticeRouter:
             return
         if channel == CHANNEL_QUEUED and notice.payload == "p0":
             self.wake.p0()
+        if channel == CHANNEL_PENDING and self.pending_is_work and not notice.payload:
+            # New pending work, which the claims admit: only the claimer's news. (A claim that
+            # comes back short wakes the scheduler, for the planner's cases.)
+            self.wake.work()
+            return
         if channel != CHANNEL_QUEUED:
             self.wake.scheduler()
         if channel == CHANNEL_CHANGED:
