@@ -9,6 +9,7 @@ same request through decide() and the Python audit chain.
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
 from agentqueue import AsyncQueue, ManualClock, Task, TaskState
@@ -40,6 +41,20 @@ async def assert_last_event(queue: AsyncQueue, task: Task, wanted: Any) -> None:
         assert getattr(event, name) == getattr(wanted, name), name
     assert event.hash == wanted.hash == task.last_hash
     assert (await queue.verify()).ok
+
+
+def claim_request(queue: AsyncQueue, claimed: Task, now: datetime) -> Request:
+    """The CLAIM by worker-7 that gave ``claimed`` (its lock token is fresh and random: the
+    one the store chose)."""
+    return Request(
+        Action.CLAIM,
+        now,
+        actor="worker-7",
+        worker="worker-7",
+        new_lock_token=claimed.lock_token,
+        lease_ttl_secs=queue.settings.queue.lease_ttl_secs,
+        deadline_grace_secs=queue.settings.queue.deadline_grace_secs,
+    )
 
 
 async def make(queue: AsyncQueue, clock: ManualClock, n: int = 5) -> list[Task]:
@@ -78,17 +93,7 @@ async def test_claim_writes_what_decide_would(queue: AsyncQueue, clock: ManualCl
     claimed = await queue.claim(10, "worker-7")
     assert {t.id for t in claimed} == set(before)
     for task in claimed:
-        # The lock token is fresh and random: use the one the store chose.
-        request = Request(
-            Action.CLAIM,
-            now,
-            actor="worker-7",
-            worker="worker-7",
-            new_lock_token=task.lock_token,
-            lease_ttl_secs=queue.settings.queue.lease_ttl_secs,
-            deadline_grace_secs=queue.settings.queue.deadline_grace_secs,
-        )
-        image, event = expected(before[task.id], request)
+        image, event = expected(before[task.id], claim_request(queue, task, now))
         assert_same(task, image)
         assert_same(await queue.get(task.id), image)
         await assert_last_event(queue, task, event)
@@ -172,16 +177,7 @@ async def test_a_claim_that_admits_writes_what_decide_would_admitting_then_claim
     assert {t.id for t in claimed} == set(wants)
     for task in claimed:
         admitted, admit_event = wants[task.id]
-        request = Request(
-            Action.CLAIM,
-            now,
-            actor="worker-7",
-            worker="worker-7",
-            new_lock_token=task.lock_token,
-            lease_ttl_secs=settings.lease_ttl_secs,
-            deadline_grace_secs=settings.deadline_grace_secs,
-        )
-        image, claim_event = expected(admitted, request)
+        image, claim_event = expected(admitted, claim_request(queue, task, now))
         assert_same(task, image)
         assert_same(await queue.get(task.id), image)
         events = await queue.events(task.id)
