@@ -4,7 +4,8 @@ still running, every task completed exactly once in the database, the audit chai
 side-effect log shows no task run twice at the same time and none run again unless its lease
 truly lapsed, and each process told of each outage a few times, not at every retry.
 
-The scheduler runs apart (``agentqueue scheduler``); the three workers run ``--no-scheduler``.
+The scheduler runs apart (``agentqueue scheduler``); the three workers run ``--no-scheduler``
+(under a global cap alone, their claims admit).
 Waits are generous bounds on events, never timings.
 """
 
@@ -232,3 +233,40 @@ def test_processes_started_while_the_server_is_down_wait_for_it(
         pg.start()
     settle_and_check(url, fault_log, fleet, task_ids)
     check_outage_logged_once(fleet, down, time.time())
+
+
+CAP = 12
+"""Below the fleet's 30 slots: under a global cap alone the workers' claims admit, and race."""
+
+
+def test_a_crash_restart_while_claims_admit_under_a_cap(pg: PgInstance, scenario: Any) -> None:
+    """Under a global cap alone the workers' claims admit (the scheduler admits nothing): a
+    crash restart in the middle of the drain loses nothing and runs nothing twice, and no
+    snapshot of the drain, before or after it, shows more admitted work than the cap."""
+    url, config, fault_log, fleet = scenario
+    config.write_text(CONFIG + f"\n[admission]\nmax_active = {CAP}\n")
+    start_fleet(fleet)
+    wait_until(lambda: fleet_ready(fleet), 60, "every process to start", fleet)
+    task_ids = submit(url, config, 400, 0.05)
+    admitted: list[int] = []
+
+    def drained_at_least(n: int) -> bool:
+        by_state = counts(url)
+        admitted.append(by_state.get("queued", 0) + by_state.get("executing", 0))
+        return by_state.get("completed", 0) >= n
+
+    wait_until(lambda: drained_at_least(60), 60, "the drain to start", fleet, every=0.05)
+    down = time.time()
+    pg.restart("immediate")
+    wait_until(lambda: drained_at_least(len(task_ids)), DRAIN_WITHIN, "the drain", fleet, 0.05)
+    settle_and_check(url, fault_log, fleet, task_ids)
+    check_outage_logged_once(fleet, down, time.time())
+    assert max(admitted) <= CAP and max(admitted) > CAP // 2, admitted
+    with psycopg.connect(url) as conn:
+        admitters = {
+            actor
+            for (actor,) in conn.execute(
+                "SELECT DISTINCT actor FROM aq_events WHERE action = 'admit'"
+            ).fetchall()
+        }
+    assert admitters <= {f"worker{i}" for i in range(WORKERS)}, admitters
