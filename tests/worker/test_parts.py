@@ -586,8 +586,9 @@ async def test_notices_lead_to_their_wakeups(queue: AsyncQueue) -> None:
 
 async def test_when_claims_admit_news_of_pending_work_wakes_the_claimer(queue: AsyncQueue) -> None:
     """Under a global cap alone (claims admit), new pending work is the claimer's news alone (a
-    claim that comes back short wakes the scheduler); a completion or a resumed type, also
-    announced as pending news, wakes both; a bare commit finding only pending work claims."""
+    claim that comes back short wakes the scheduler), and a P0 task among it the preemptor's
+    too; a completion or a resumed type, also announced as pending news, wakes the scheduler
+    and the claimer; a bare commit finding only pending work claims (and may preempt)."""
     calls: list[str] = []
     router = NoticeRouter(
         queue.store,
@@ -596,7 +597,7 @@ async def test_when_claims_admit_news_of_pending_work_wakes_the_claimer(queue: A
             revoke=lambda payload: None,
             tools=lambda: None,
             work=lambda: calls.append("work"),
-            p0=lambda: None,
+            p0=lambda: calls.append("p0"),
             scheduler=lambda: calls.append("scheduler"),
         ),
         Supervisor(log),
@@ -604,6 +605,9 @@ async def test_when_claims_admit_news_of_pending_work_wakes_the_claimer(queue: A
     )
     router.route(Notice(CHANNEL_PENDING, ""))
     assert calls == ["work"]
+    calls.clear()
+    router.route(Notice(CHANNEL_PENDING, "p0"))  # a P0 task pending: it may preempt
+    assert calls == ["p0", "work"]
     calls.clear()
     for payload in ("completed", "resumed"):
         router.route(Notice(CHANNEL_PENDING, payload))
@@ -613,7 +617,7 @@ async def test_when_claims_admit_news_of_pending_work_wakes_the_claimer(queue: A
     assert (await queue.store.count_by_state()).get(TaskState.QUEUED, 0) == 0
     router.route(Notice(CHANNEL_CHANGED))
     await asyncio.wait_for(asyncio.gather(*router.jobs.jobs), 5)
-    assert calls == ["scheduler", "work"]
+    assert calls == ["scheduler", "work", "p0"]
 
 
 async def test_tool_runs_go_on_through_an_outage() -> None:

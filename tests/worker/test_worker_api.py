@@ -185,3 +185,58 @@ async def test_under_limits_the_admitting_worker_claims_in_the_admissions_transa
         assert (events["admit"].actor == "admitter") is cap_alone
         assert events["claim"].actor == "admitter"
         assert events["claim"].at == events["admit"].at
+
+
+async def test_under_a_cap_alone_a_pending_p0_task_preempts_a_long_running_one(
+    db_url: str,
+) -> None:
+    """R11 when claims admit: a P0 task waits in pending for a claim, and the worker with every
+    slot busy asks its long-running P8 attempt to yield; the P0 task takes the slot, and the
+    yielded task (queued again, not a retry) runs after it. (That a claim takes a pending P0
+    task before a queued one is the store contract's: here the slot frees before the yielded
+    task's outcome is written.)"""
+    settings = Settings(
+        worker={"poll_secs": 0.1},
+        admission={"max_active": 5},
+        preemption={"after_secs": 0.3},
+    )
+    assert settings.claims_admit
+    queue = AsyncQueue(db_url, settings=settings)
+    began: list[str] = []
+    finish = asyncio.Event()
+
+    @queue.handler("job")
+    async def job(task: Task, ctx: TaskContext) -> None:
+        began.append(task.title)
+        step = 0
+        while task.priority != 0 and not finish.is_set():  # checkpointing: it may yield
+            await asyncio.sleep(0.05)
+            step += 1
+            ctx.checkpoint({"step": step})
+
+    stop = asyncio.Event()
+    running = asyncio.create_task(queue.run_worker(stop=stop, worker_id="w", concurrency=1))
+    try:
+        slow = (await queue.submit(title="reindex", task_type="job", priority=8)).task
+        deadline = time.monotonic() + 20
+        while began != ["reindex"]:
+            assert time.monotonic() < deadline, (await queue.stats()).by_state
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.5)  # it has run past after_secs
+        urgent = await queue.submit(
+            title="fix prod", task_type="job", priority=0, idempotency_key="fix-prod"
+        )
+        while (await queue.get(urgent.task.id)).state is not S.COMPLETED:
+            assert time.monotonic() < deadline, (await queue.stats()).by_state
+            await asyncio.sleep(0.05)
+        while len(began) < 3:  # the yielded task is claimed back after the P0 one
+            assert time.monotonic() < deadline, began
+            await asyncio.sleep(0.05)
+        assert began[:3] == ["reindex", "fix prod", "reindex"]
+        actions = [e.action for e in await queue.events(slow.id)]
+        assert "preempt" in actions and "fail" not in actions
+        assert (await queue.get(slow.id)).retry_count == 0
+    finally:
+        finish.set()
+        stop.set()
+        await asyncio.wait_for(running, 30)

@@ -198,7 +198,10 @@ async def announce(tx: Tx, changes: Sequence[Change]) -> None:
     executing tasks were revoked (their executors must stop them)."""
     states = {c.task.state for c in changes}
     if TaskState.PENDING in states:
-        await tx.notify(CHANNEL_PENDING)
+        # A P0 task says so: under a global cap alone it waits in pending for a claim, and a
+        # busy worker may preempt for it.
+        urgent = any(c.task.state is TaskState.PENDING and c.task.priority == 0 for c in changes)
+        await tx.notify(CHANNEL_PENDING, "p0" if urgent else "")
     if TaskState.QUEUED in states:
         urgent = any(c.task.state is TaskState.QUEUED and c.task.priority == 0 for c in changes)
         await tx.notify(CHANNEL_QUEUED, "p0" if urgent else "")

@@ -929,8 +929,11 @@ class TaskReader(Protocol):
         """Deliveries neither delivered nor given up."""
         ...
 
-    async def queued_p0(self, limit: int = 100) -> list[tuple[str | None, str]]:
-        """(agent, task_type) of queued P0 tasks (up to ``limit`` of them), without repeats."""
+    async def queued_p0(
+        self, limit: int = 100, pending_at: datetime | None = None
+    ) -> list[tuple[str | None, str]]:
+        """(agent, task_type) of queued P0 tasks (up to ``limit`` of them), without repeats;
+        with ``pending_at`` (claims admit), of the pending P0 tasks due by then too."""
         ...
 
 

@@ -300,9 +300,12 @@ class SQLStore(QueryOps):
         rows = await self._read("outbox_backlog", tenant=tenant)
         return int(rows[0]["count"]) if rows else 0
 
-    async def queued_p0(self, limit: int = 100) -> list[tuple[str | None, str]]:
+    async def queued_p0(
+        self, limit: int = 100, pending_at: datetime | None = None
+    ) -> list[tuple[str | None, str]]:
         """One read."""
-        return [(r["agent"], r["task_type"]) for r in await self._read("queued_p0", limit=limit)]
+        rows = await self._read("queued_p0", limit=limit, pending_at=pending_at)
+        return [(r["agent"], r["task_type"]) for r in rows]
 
     # --- metrics ------------------------------------------------------------------------------
 

@@ -87,9 +87,12 @@ class NoticeRouter:
             return
         if channel == CHANNEL_QUEUED and notice.payload == "p0":
             self.wake.p0()
-        if channel == CHANNEL_PENDING and self.pending_is_work and not notice.payload:
-            # New pending work, which the claims admit: only the claimer's news. (A claim that
-            # comes back short wakes the scheduler, for the planner's cases.)
+        if channel == CHANNEL_PENDING and self.pending_is_work and notice.payload in ("", "p0"):
+            # New pending work, which the claims admit: only the claimer's news (a claim that
+            # comes back short wakes the scheduler, for the planner's cases); a P0 task among
+            # it may preempt, as a queued one does.
+            if notice.payload == "p0":
+                self.wake.p0()
             self.wake.work()
             return
         if channel != CHANNEL_QUEUED:
@@ -110,7 +113,8 @@ class NoticeRouter:
                 hints = await self.work_hints()
             except AgentQueueError:
                 return  # the claimer's poll looks again (and reports an outage)
-            if hints.queued or (self.pending_is_work and hints.admissible):
+            pending_work = self.pending_is_work and hints.admissible
+            if hints.queued or pending_work:
                 self.wake.work()
-            if hints.p0_queued:
-                self.wake.p0()
+            if hints.p0_queued or pending_work:
+                self.wake.p0()  # the preemptor reads which P0 tasks wait, if a slot could go

@@ -312,7 +312,9 @@ class Worker:
         await store.record_worker(self.id, self.options.concurrency, busy, self.queue.clock.now())
 
     async def _queued_p0(self) -> Any:
-        return await self.queue.store.queued_p0()
+        # When claims admit (a global cap alone), a P0 task waits in pending for a claim.
+        now = self.queue.clock.now() if self.queue.settings.claims_admit else None
+        return await self.queue.store.queued_p0(pending_at=now)
 
     # --- main loop ----------------------------------------------------------------------------
 

@@ -182,6 +182,20 @@ async def test_a_claim_that_admits_takes_queued_tasks_then_pending_ones_within_t
     assert more.id == waiting[2].id
 
 
+async def test_a_claim_that_admits_takes_a_pending_p0_task_before_a_queued_one(
+    store: Store, rt: Runtime, clock: ManualClock
+) -> None:
+    """Claim order runs across queued and pending tasks (R4, R11): a P0 task that waits in
+    pending goes before a task queued again (as a preempted one is), room allowing."""
+    queued = await insert(rt, admitted=True, priority=8)
+    p0 = await insert(rt, priority=0, idempotency_key="urgent")
+    now = clock.now()
+    [first] = await claim(store, 1, now, max_active=10)
+    assert first.id == p0.id
+    [second] = await claim(store, 1, now, max_active=10)
+    assert second.id == queued.id
+
+
 async def test_a_claim_that_admits_takes_only_what_it_may_claim(
     store: Store, rt: Runtime, clock: ManualClock
 ) -> None:

@@ -420,6 +420,21 @@ async def test_queued_p0_lists_agent_and_type_once_each(store: Store, rt: Runtim
     assert len(await store.queued_p0(limit=1)) == 1
 
 
+async def test_queued_p0_counts_pending_p0_tasks_due_when_asked(
+    store: Store, rt: Runtime, clock: ManualClock
+) -> None:
+    """With ``pending_at`` (claims admit, so a P0 task waits in pending for a claim), the
+    pending P0 tasks due by then count as well; one not yet due does not."""
+    await insert(rt, admitted=True, priority=0, idempotency_key="1", task_type="queued-p0")
+    await insert(rt, priority=0, idempotency_key="2", task_type="pending-p0")
+    later = clock.now() + timedelta(hours=1)
+    await insert(rt, priority=0, idempotency_key="3", task_type="later-p0", run_after=later)
+    await insert(rt, priority=1, task_type="pending-p1")
+    assert await store.queued_p0() == [(None, "queued-p0")]
+    found = await store.queued_p0(pending_at=clock.now())
+    assert sorted(found) == [(None, "pending-p0"), (None, "queued-p0")]
+
+
 # --- claim -----------------------------------------------------------------------------------
 
 

@@ -118,20 +118,20 @@ END::text, true)
 
 -- name: claim_admitting
 -- CLAIM for a worker under a global cap alone, admitting what it takes; returns them as claimed.
--- The claim of admission under a global cap alone (Settings.claims_admit): the best queued
--- tasks first, then, within the room claim_room counted just before (under the admission
--- lock), the best pending ones, each admitted and claimed in one row update with both events,
--- ADMIT then CLAIM, as decide() would write them one after the other (the admit event signs
--- the row as it stood queued). Rows come back unordered (the store sorts them), which keeps
--- the query within psycopg's 4 KiB cache.
+-- The claim of admission under a global cap alone (Settings.claims_admit): the best tasks in
+-- claim order among the queued ones and the pending ones within the room claim_room counted
+-- just before (under the admission lock), each pending one admitted and claimed in one row
+-- update with both events, ADMIT then CLAIM, as decide() would write them one after the other
+-- (the admit event signs the row as it stood queued). Rows come back unordered (the store
+-- sorts them), which keeps the query within psycopg's 4 KiB cache.
 WITH room AS (
     SELECT LEAST(%(limit)s, current_setting('agentqueue.claim_room')::integer) AS n
 ), found AS (
-    -- The best of each priority level, queued and (within the room) pending, ranked apart.
-    SELECT t.*, row_number() OVER (PARTITION BY t.admit ORDER BY (t.priority <> 0),
+    -- The best of each priority level, queued and pending, ranked together in claim order.
+    SELECT t.*, row_number() OVER (ORDER BY (t.priority <> 0),
         CASE WHEN t.priority = 0 THEN 0 ELSE GREATEST(1, t.priority - floor(GREATEST(0,
         extract(epoch FROM (%(now)s::timestamptz - t.eligible_at))) / %(aging_secs)s)::integer)
-        END, t.eligible_at, t.seq) AS r
+        END, t.eligible_at, t.seq) AS g
     FROM generate_series(0, 9) AS lv(priority)
     CROSS JOIN LATERAL (
         SELECT * FROM (SELECT ctid, id, started_at IS NULL AS first, priority, eligible_at, seq,
@@ -151,12 +151,14 @@ WITH room AS (
         ORDER BY eligible_at, seq LIMIT (SELECT n FROM room) FOR UPDATE SKIP LOCKED) p
     ) t
 ), picked AS (
-    -- Queued tasks first (admitted already), then pending ones, each in claim order; the hash
-    -- of a pending task's admit event here, once (the update and its event read it).
+    -- The best in claim order, of the pending ones only the best the room allows (a P0 task
+    -- pending goes before a task queued again); the hash of a pending task's admit event here,
+    -- once (the update and its event read it).
     SELECT ctid, id, first, admit, was_assigned, CASE WHEN admit
         THEN aq_event_hash(prev, id, tenant, event_seq + 1, %(admit_tail)s) END AS ah
-    FROM found WHERE r <= CASE WHEN admit THEN (SELECT n FROM room) ELSE %(limit)s END
-    ORDER BY admit, r LIMIT %(limit)s
+    FROM (SELECT *, row_number() OVER (PARTITION BY admit ORDER BY g) AS r FROM found) f
+    WHERE r <= CASE WHEN admit THEN (SELECT n FROM room) ELSE %(limit)s END
+    ORDER BY g LIMIT %(limit)s
 ), upd AS (
     UPDATE aq_tasks t SET
         state = 'executing',
@@ -289,9 +291,15 @@ WHERE id = %(id)s AND state = 'executing' AND lock_token = %(token)s
 RETURNING id
 
 -- name: queued_p0
--- Agent and type of the queued P0 tasks, without repeats.
+-- Agent and type of the queued P0 tasks (and, asked, the pending ones due), without repeats.
 -- Who the queued P0 tasks are for (the agent they were routed to, and their type): a busy worker
--- preempts only a task of an executor that could run one of them (R11).
+-- preempts only a task of an executor that could run one of them (R11). When claims admit (a
+-- global cap alone), a P0 task waits in pending for a claim: those due by %(pending_at)s count.
 SELECT DISTINCT agent, task_type FROM (
-    SELECT agent, task_type FROM aq_tasks WHERE state = 'queued' AND priority = 0 LIMIT %(limit)s
+    (SELECT agent, task_type FROM aq_tasks WHERE state = 'queued' AND priority = 0
+     LIMIT %(limit)s)
+    UNION ALL
+    (SELECT agent, task_type FROM aq_tasks
+     WHERE %(pending_at)s::timestamptz IS NOT NULL AND state = 'pending' AND priority = 0
+       AND eligible_at <= %(pending_at)s LIMIT %(limit)s)
 ) AS p0

@@ -44,11 +44,12 @@ WITH ins AS (
     JOIN ins i ON i.id = e.e_task_id
 ), notified AS (
     -- One NOTIFY per channel for the batch, sent when the statement commits: pending work is
-    -- for the scheduler to admit, queued work (admitted as it was submitted) for workers.
-    -- A queued P0 task says so ('p0'): a worker with every slot busy may preempt for it.
+    -- for the scheduler to admit (or, under a global cap alone, for the claims), queued work
+    -- (admitted as it was submitted) for workers. A P0 task says so ('p0'): a worker with
+    -- every slot busy may preempt for it.
     SELECT pg_notify(channel, CASE WHEN urgent THEN 'p0' ELSE '' END)
     FROM (SELECT CASE WHEN state = 'queued' THEN 'aq_queued' ELSE 'aq_pending' END,
-                 bool_or(state = 'queued' AND priority = 0)
+                 bool_or(priority = 0)
           FROM ins GROUP BY 1) AS c(channel, urgent)
 )
 -- Selecting the count keeps the planner from dropping the notices as an unused join.

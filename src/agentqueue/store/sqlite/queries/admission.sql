@@ -58,10 +58,12 @@ GROUP BY agent
 -- name: admission_room
 -- How many tasks are admitted (queued or executing), and which tenants have pending work.
 -- The tenants from the two ends of the pending tenant index (none pending: both NULL; several
--- iff they differ).
+-- iff they differ), named: without statistics SQLite would sort every pending task by tenant.
 SELECT (SELECT count(*) FROM aq_tasks WHERE state IN ('queued', 'executing')) AS n,
-    (SELECT tenant FROM aq_tasks WHERE state = 'pending' ORDER BY tenant LIMIT 1) AS first,
-    (SELECT tenant FROM aq_tasks WHERE state = 'pending' ORDER BY tenant DESC LIMIT 1) AS last
+    (SELECT tenant FROM aq_tasks INDEXED BY aq_tasks_pending_tenant
+     WHERE state = 'pending' ORDER BY tenant LIMIT 1) AS first,
+    (SELECT tenant FROM aq_tasks INDEXED BY aq_tasks_pending_tenant
+     WHERE state = 'pending' ORDER BY tenant DESC LIMIT 1) AS last
 
 -- name: pending_tenants
 -- Tenants that have pending tasks, skipping through the index.

@@ -56,31 +56,61 @@ WHERE state = 'queued' AND seq IN (
 RETURNING *
 
 -- name: admit_for_claim
--- ADMIT, for the claim after it, the pending tasks it may take within the room a cap leaves.
+-- ADMIT, for the claim after it, the pending tasks it will take within the room a cap leaves.
 -- The first step of the claim of admission under a global cap alone (Settings.claims_admit):
--- the best pending tasks the claim could take (its types, none paused, due), as many as the
--- cap leaves beside the queued and executing tasks and the claim leaves beside the queued
--- tasks it can take (those go first), none while several tenants have pending tasks and
--- :one_tenant (the planner weighs them). Counted and written in the claim's transaction: one
--- writer at a time. Their admit events follow (admit_events); `claim`, sent next, takes them.
+-- of the best tasks the claim could take in claim order (its types, none paused), queued ones
+-- and pending ones that are due, the pending ones, no more than the cap leaves beside the
+-- queued and executing tasks, none while several tenants have pending tasks and :one_tenant
+-- (the planner weighs them). Counted and written in the claim's transaction: one writer at a
+-- time. Their admit events follow (admit_events); `claim`, sent next, takes exactly the tasks
+-- chosen here (the best of the queued ones it can take, which they now are among).
 WITH room(n) AS (
     SELECT CASE
         WHEN :one_tenant AND (
-            SELECT tenant FROM aq_tasks WHERE state = 'pending' ORDER BY tenant LIMIT 1
+            SELECT tenant FROM aq_tasks INDEXED BY aq_tasks_pending_tenant
+            WHERE state = 'pending' ORDER BY tenant LIMIT 1
         ) IS NOT (
-            SELECT tenant FROM aq_tasks WHERE state = 'pending' ORDER BY tenant DESC LIMIT 1
+            SELECT tenant FROM aq_tasks INDEXED BY aq_tasks_pending_tenant
+            WHERE state = 'pending' ORDER BY tenant DESC LIMIT 1
         ) THEN 0
-        ELSE max(0, min(
-            :max_active - (SELECT count(*) FROM aq_tasks WHERE state IN ('queued', 'executing')),
-            :limit - (SELECT count(*) FROM (
-                SELECT 1 FROM aq_tasks AS q
-                WHERE q.state = 'queued'
-                  AND (:task_types IS NULL OR q.task_type IN (SELECT value FROM json_each(:task_types)))
-                  AND (:agents IS NULL OR q.agent IS NULL
-                       OR q.agent IN (SELECT value FROM json_each(:agents)))
-                  AND q.task_type NOT IN (SELECT value FROM json_each(:paused))
-                LIMIT :limit))))
+        ELSE max(0, min(:limit, :max_active
+            - (SELECT count(*) FROM aq_tasks WHERE state IN ('queued', 'executing'))))
     END
+), found AS (
+    -- The first :limit queued and the first (room) pending of each priority level.
+    SELECT t.seq, t.state, t.priority, t.eligible_at
+    FROM (VALUES (0), (1), (2), (3), (4), (5), (6), (7), (8), (9)) AS lv
+    JOIN aq_tasks AS t ON t.seq IN (
+        SELECT q.seq FROM aq_tasks AS q
+        WHERE q.state = 'queued' AND q.priority = lv.column1
+          AND (:task_types IS NULL OR q.task_type IN (SELECT value FROM json_each(:task_types)))
+          AND (:agents IS NULL OR q.agent IS NULL
+               OR q.agent IN (SELECT value FROM json_each(:agents)))
+          AND q.task_type NOT IN (SELECT value FROM json_each(:paused))
+        ORDER BY q.eligible_at, q.seq
+        LIMIT :limit)
+      OR t.seq IN (
+        SELECT q.seq FROM aq_tasks AS q
+        WHERE q.state = 'pending' AND q.priority = lv.column1
+          AND q.eligible_at <= :now
+          AND (:task_types IS NULL OR q.task_type IN (SELECT value FROM json_each(:task_types)))
+          AND q.task_type NOT IN (SELECT value FROM json_each(:paused))
+        ORDER BY q.eligible_at, q.seq
+        LIMIT (SELECT n FROM room))
+), ranked AS (
+    SELECT seq, state,
+        row_number() OVER (ORDER BY (priority <> 0),
+            CASE WHEN priority = 0 THEN 0
+                 ELSE max(1, priority - (max(0, :now - eligible_at) / :aging_us)) END,
+            eligible_at, seq) AS g
+    FROM found
+), chosen AS (
+    -- The best in claim order, of the pending ones only the best the room allows.
+    SELECT seq, state FROM (
+        SELECT seq, state, g, row_number() OVER (PARTITION BY state ORDER BY g) AS r
+        FROM ranked)
+    WHERE state = 'queued' OR r <= (SELECT n FROM room)
+    ORDER BY g LIMIT :limit
 )
 UPDATE aq_tasks SET
     state = 'queued',
@@ -89,22 +119,7 @@ UPDATE aq_tasks SET
     updated_at = :now,
     event_seq = event_seq + 1,
     last_hash = aq_event_hash(last_hash, id, tenant, event_seq + 1, :tail)
-WHERE state = 'pending' AND seq IN (
-    SELECT t.seq FROM (VALUES (0), (1), (2), (3), (4), (5), (6), (7), (8), (9)) AS lv
-    JOIN aq_tasks AS t ON t.seq IN (
-        SELECT q.seq FROM aq_tasks AS q
-        WHERE q.state = 'pending' AND q.priority = lv.column1
-          AND q.eligible_at <= :now
-          AND (:task_types IS NULL OR q.task_type IN (SELECT value FROM json_each(:task_types)))
-          AND q.task_type NOT IN (SELECT value FROM json_each(:paused))
-        ORDER BY q.eligible_at, q.seq
-        LIMIT (SELECT n FROM room))
-    ORDER BY
-        (t.priority <> 0),
-        CASE WHEN t.priority = 0 THEN 0
-             ELSE max(1, t.priority - (max(0, :now - t.eligible_at) / :aging_us)) END,
-        t.eligible_at, t.seq
-    LIMIT (SELECT n FROM room))
+WHERE state = 'pending' AND seq IN (SELECT seq FROM chosen WHERE state = 'pending')
 RETURNING id
 
 -- name: claim_events
@@ -164,9 +179,15 @@ WHERE id = :id AND +state = 'executing' AND lock_token = :token
 RETURNING id
 
 -- name: queued_p0
--- Agent and type of the queued P0 tasks, without repeats.
+-- Agent and type of the queued P0 tasks (and, asked, the pending ones due), without repeats.
 -- Who the queued P0 tasks are for (the agent they were routed to, and their type): a busy worker
--- preempts only a task of an executor that could run one of them (R11).
+-- preempts only a task of an executor that could run one of them (R11). When claims admit (a
+-- global cap alone), a P0 task waits in pending for a claim: those due by :pending_at count.
 SELECT DISTINCT agent, task_type FROM (
-    SELECT agent, task_type FROM aq_tasks WHERE state = 'queued' AND priority = 0 LIMIT :limit
+    SELECT * FROM (SELECT agent, task_type FROM aq_tasks WHERE state = 'queued' AND priority = 0
+                   LIMIT :limit)
+    UNION ALL
+    SELECT * FROM (SELECT agent, task_type FROM aq_tasks
+                   WHERE :pending_at IS NOT NULL AND state = 'pending' AND priority = 0
+                     AND eligible_at <= :pending_at LIMIT :limit)
 ) AS p0
