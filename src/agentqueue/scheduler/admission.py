@@ -111,11 +111,6 @@ class AdmissionPolicy:
             found = self._limits[key] = tuple(dict.fromkeys(n for n in names if n is not None))
         return found
 
-    @property
-    def only_global_cap(self) -> bool:
-        """No agents and no rate limits: admission is order plus a count."""
-        return not self.agent_caps and not self.type_limits and not self.agent_limits
-
     def used_limits(self) -> list[str]:
         """Every rate limit some task type or agent draws from."""
         return sorted({*self.type_limits.values(), *self.agent_limits.values()})
