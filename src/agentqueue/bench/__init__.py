@@ -7,8 +7,8 @@ table, a JSON file with every figure and a chart of the drain comparison. The mo
   SQLite, pgqueuer, procrastinate, Celery with Redis);
 - ``enqueue``: submit one at a time, and in bulk;
 - ``latency``: dispatch latency (created -> the handler began) at a steady submission rate;
-- ``admission``: drain and latency again with admission limits on (the scheduler admits every
-  task), against the same figures with them off;
+- ``admission``: drain and latency again with a global cap on (the worker's claims admit every
+  task), against the same figures with it off;
 - ``backlog``: claim latency with 1k, 100k and 1M tasks queued;
 - ``scaling``: 1, 2 and 4 worker processes on one PostgreSQL queue;
 - ``cost``: CPU and peak RSS of an idle and of a busy worker;

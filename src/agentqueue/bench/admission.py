@@ -46,7 +46,7 @@ DRAIN_RATIO_TARGET = 0.9
 
 
 class AdmissionNotOn(RuntimeError):
-    """An "on" pass did not go through the scheduler's limited admission."""
+    """An "on" pass was not admitted under the limit (it was admitted at submit)."""
 
 
 def steps(ctx: BenchContext) -> int:
@@ -65,7 +65,7 @@ async def traced_drain(
 ) -> dict[str, Any]:
     """The drain benchmark's drain under ``settings`` overrides, with how many tasks were
     pending after the preload and how the newest one got admitted (the facts that tell
-    admission by the scheduler from admission at submit)."""
+    admission under the limits from admission at submit)."""
     n = ctx.sizes.drain_n
     url, enqueue_rate = await preload_fresh(ctx, backend, n, settings)
     queue = AsyncQueue(url, actor="bench")
@@ -125,8 +125,8 @@ def check_on(backend: Backend, drain_on: dict[str, Any], latency_on: dict[str, A
 
 
 async def run(ctx: BenchContext) -> dict[str, Any]:
-    """Drain and latency, admission off then on, on both backends; fails if an "on" pass did
-    not go through the scheduler's limited admission."""
+    """Drain and latency, admission off then on, on both backends; fails if an "on" pass was
+    not admitted under the limit."""
     systems: dict[str, Any] = {}
     sanity: dict[str, Any] = {}
     for backend in BACKENDS:
@@ -161,22 +161,22 @@ async def run(ctx: BenchContext) -> dict[str, Any]:
     sizes = ctx.sizes
     notes = [
         f"Admission on: {describe(LIMITS)}, given to the queue that submits (under limits nothing "
-        "is admitted at submit, so tasks stay pending) and to the worker process, whose "
-        "scheduler (inside the worker, holding the leadership lease) admits them through the "
-        "limited planner, counting queued + executing against the cap. Admission off: the "
+        "is admitted at submit, so tasks stay pending) and to the worker process, whose claims "
+        "admit what they take under the cap alone (Settings.claims_admit), counting queued + "
+        "executing against it under the admission lock. Admission off: the "
         "default settings, where a task is admitted as it is submitted.",
         f"Drain as in the drain benchmark (N={sizes.drain_n:,}, one worker process, concurrency "
         f"{sizes.drain_concurrency}), admission off then on, each on a fresh database. The cap "
         f"({MAX_ACTIVE:,}) is above the worker's concurrency, so it never idles the worker by "
-        "itself: the difference is the cost of admitting through the scheduler (a write of its "
-        "own, and a wake-up when the worker's queue runs dry).",
+        "itself: the difference is the cost of admitting in the claim (the lock, the count, the "
+        "admit event and its hash).",
         f"Latency as in the latency benchmark ({sizes.latency_rate:g}/s for "
         f"{sizes.latency_secs:g} s, worker concurrency {WORKER_CONCURRENCY}), off then on; on, a "
-        "task's path is submit (pending), notification, the scheduler admits it (queued), "
-        "notification, claim. The targets hold on PostgreSQL; SQLite is for information.",
+        "task's path is submit (pending), notification, a claim that admits it. The targets hold "
+        "on PostgreSQL; SQLite is for information.",
         "Checked on every on pass (JSON: sanity): all N tasks pending after the preload (none "
         "with admission off), the worker reports its admission limited, and a task's admit "
-        "event comes from the scheduler as a step after its submit event.",
+        "event is a step after its submit event, not the submitter's (a worker's claim).",
     ]
     return {"max_active": MAX_ACTIVE, "systems": systems, "sanity": sanity, "notes": notes}
 

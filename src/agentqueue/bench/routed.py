@@ -71,8 +71,8 @@ async def routed_drain(ctx: BenchContext) -> dict[str, Any]:
 
 
 def check(drain: dict[str, Any], latency: dict[str, Any]) -> dict[str, Any]:
-    """Raise NotRouted unless both routed passes went through the scheduler's planner; the
-    facts checked."""
+    """Raise NotRouted unless both routed passes were admitted under their limits after the
+    submit (by the scheduler's planner); the facts checked."""
     problems: list[str] = []
     if drain["pending_after_preload"] != drain["n"]:
         problems.append(f"{drain['pending_after_preload']} of {drain['n']} pending after preload")
@@ -155,7 +155,8 @@ async def run(ctx: BenchContext) -> dict[str, Any]:
             f"({TRUE}, isolation none, one task type each) in the submitting queue and the "
             "worker: every task waits in pending and the worker's scheduler admits it through "
             "the planner, which routes it (its type is no agent's, so it goes to the no-op "
-            f"handler). Capped: {describe(LIMITS)}, no agents (the admission benchmark's pass).",
+            f"handler). Capped: {describe(LIMITS)}, no agents (the admission benchmark's pass: "
+            "the worker's claims admit).",
             "Dispatch latency: created -> the handler began (as the latency benchmark), "
             f"submitting at {sizes.latency_rate:g}/s for "
             f"{sizes.latency_secs:g} s to an idle worker (concurrency {WORKER_CONCURRENCY}), "
