@@ -395,11 +395,12 @@ class ClaimParams:
 
 @dataclass(frozen=True)
 class ClaimAdmission:
-    """What a claim that admits takes beside its own (Settings.claims_admit): after the queued
-    tasks, pending ones of its types, due and best first, within the room the global cap
-    ``max_active`` leaves beside the queued and executing tasks (counted under the admission
-    lock), each admitted (``event``, the ADMIT) and claimed in the one transaction; with
-    ``one_tenant``, none while several tenants have pending tasks (the planner weighs them)."""
+    """What a claim that admits takes beside its own (Settings.claims_admit): with the queued
+    tasks, in one claim order, the pending ones of its types that are due, no more than the
+    global cap ``max_active`` leaves beside the queued and executing tasks (counted under the
+    admission lock), each admitted (``event``, the ADMIT) and claimed in the one transaction;
+    with ``one_tenant``, none while several tenants have pending tasks (the planner weighs
+    them)."""
 
     max_active: int
     one_tenant: bool
