@@ -333,16 +333,16 @@ async def admit_limited(rt: Runtime, limit: int, hand_over: HandOver | None = No
     Under a global cap alone the workers' claims admit (Settings.claims_admit): a pass reads
     the room, and runs the planner only when fair share has several tenants to weigh (the
     claims then take no pending task)."""
-    policy = AdmissionPolicy.from_settings(rt.settings)
-    if rt.settings.claims_admit:
+    settings = rt.settings
+    if settings.claims_admit:
         # Workers' claims admit what they take, counting the cap themselves: the scheduler
         # admits only what fair share must weigh (several tenants waiting, with room left).
         room = await rt.store.admission_room()
-        if not (policy.fair_share and room.several_tenants):
+        cap = settings.admission.max_active
+        waiting = settings.admission.fair_share and room.several_tenants
+        if not waiting or cap is None or room.active >= cap:
             return []
-        if capacity(policy, Load(room.active, {}, {}), limit) == 0:
-            return []
-    return await _admit_once(rt, policy, limit, hand_over)
+    return await _admit_once(rt, AdmissionPolicy.from_settings(settings), limit, hand_over)
 
 
 async def _admit_once(

@@ -125,11 +125,14 @@ SELECT (SELECT count(*) FROM aq_tasks WHERE state = 'queued')
 -- Tenants that have pending tasks, skipping through the index.
 -- Up to %(limit)s tenants with pending work, found by skipping through the index.
 WITH RECURSIVE tenants(tenant) AS (
-    SELECT (SELECT tenant FROM aq_tasks WHERE state = 'pending' ORDER BY tenant LIMIT 1)
+    -- Ordered by the pending tenant index's whole key, as in admission_room: no other index
+    -- gives that order, whatever the statistics say.
+    SELECT (SELECT tenant FROM aq_tasks WHERE state = 'pending'
+            ORDER BY tenant, priority, eligible_at, seq LIMIT 1)
     UNION ALL
     SELECT (SELECT t.tenant FROM aq_tasks t
             WHERE t.state = 'pending' AND t.tenant > tenants.tenant
-            ORDER BY t.tenant LIMIT 1)
+            ORDER BY t.tenant, t.priority, t.eligible_at, t.seq LIMIT 1)
     FROM tenants WHERE tenants.tenant IS NOT NULL
 )
 SELECT tenant FROM tenants WHERE tenant IS NOT NULL LIMIT %(limit)s
