@@ -226,3 +226,35 @@ def test_a_text_field_from_the_environment_keeps_the_defaults_unvalidated(
     validated = Settings()
     assert built == validated and _fields_set(built) == _fields_set(validated)
     assert built.db == "sqlite:///x.db"
+
+
+def test_plain_gives_what_model_dump_gives(tmp_path: Path) -> None:
+    """The long-running commands hand ``plain(settings)`` to the log masking (so no serializer
+    is built at start); it must be the very data ``model_dump(mode="json")`` gives: every
+    section, nested models in tables and lists, paths as text, the defaults too."""
+    from agentqueue.config import plain
+
+    prompt = tmp_path / "bugfix.md"
+    prompt.write_text("Fix {{ task.title }}\n")
+    settings = settings_from(
+        {
+            "db": "postgresql://app:pw@db.example/aq",
+            "task_types": {"bugfix": {"timeout_secs": 60}},
+            "agents": {
+                "fixer": {"command": ["true"], "task_types": ["bugfix"], "labels": ["py"]},
+            },
+            "rate_limits": {"bugfix": {"per_minute": 5}},
+            "guardrails": [{"name": "money", "pattern": "refund", "task_types": ["bugfix"]}],
+            "callbacks": {"secret_env": "HOOK_SECRET"},
+            "intake": {
+                "github": [{"repository": "octo/repo", "tenant": "acme", "secret_env": "GH_SECRET"}]
+            },
+            "prompts": {"bugfix": {"file": str(prompt)}, "default": {"template": "Do it"}},
+            "audit": {"anchor_file": str(tmp_path / "anchors.jsonl")},
+        }
+    )
+    dumped = settings.model_dump(mode="json")
+    assert plain(settings) == dumped
+    assert dumped["prompts"]["bugfix"]["file"] == str(prompt)  # a path, as text
+    assert dumped["intake"]["github"][0]["repository"] == "octo/repo"  # a model in a list
+    assert plain(default_settings()) == Settings().model_dump(mode="json")

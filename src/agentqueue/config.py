@@ -968,6 +968,23 @@ def _construct(model: type[M]) -> M:
     return model.model_construct(_fields_set=set(), **values)
 
 
+def plain(value: Any) -> Any:
+    """``value`` (settings, a section, or a value of one) as plain data, the same as pydantic's
+    ``model_dump(mode="json")`` gives for these models: a model as a dict of its fields, a path
+    as text, a tuple as a list. Built by walking the fields, so no serializer is built (which
+    costs a long-running command's start about 25 ms and, on first use, pydantic's plugin
+    search); the tests hold the two equal."""
+    if isinstance(value, BaseModel):
+        return {name: plain(getattr(value, name)) for name in type(value).model_fields}
+    if isinstance(value, Mapping):
+        return {str(key): plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(item) for item in value]
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
 def _problem(err: Any) -> FieldProblem:
     path = [str(p) for p in err["loc"]]
     if err["type"] == "extra_forbidden":

@@ -166,3 +166,22 @@ def test_the_store_reads_its_sql_files_from_a_zip_archive_too(tmp_path: Path) ->
     assert ".zip" in where
     assert queries == sorted(named_queries("sqlite"))
     assert versions == [m.version for m in available("postgres")]
+
+
+WORKER_NEVER = ("croniter", "dateutil", "pydantic.plugin._loader", "importlib.metadata")
+"""What a worker with no configuration file and no cron schedule does not load: croniter (and
+dateutil under it) is imported when a schedule's expression is first read, and no validator or
+serializer is built for the default settings (the secrets of the configuration are found by
+walking it, ``config.plain``), so pydantic never searches for its plugins."""
+
+
+def test_a_worker_with_no_schedule_and_no_config_loads_no_cron_or_validator(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'worker.db'}"
+    modules = loaded(
+        "--db", url, "worker", "--app", "agentqueue.bench.noop_app:queue", "--until-idle",
+        AQ_BENCH_APP_DB=url,
+    )  # fmt: skip
+    assert "agentqueue.worker.runner" in modules and "agentqueue.scheduler.loop" in modules
+    assert sorted(m for m in modules if m.split(".")[0] in WORKER_NEVER or m in WORKER_NEVER) == []

@@ -213,7 +213,7 @@ def _log_to_stderr(ctx: click.Context) -> tuple[str, str]:
     """Log lines for the long-running commands (worker, serve, scheduler, api), on stderr:
     ``--log-format``, else ``[logging] format``; ``AGENTQUEUE_LOG_LEVEL``, else ``[logging]
     level``; secrets masked. A bad value exits 2 naming it. Returns the format and level."""
-    from ..config import load_settings
+    from ..config import load_settings, plain
     from ..logsetup import check_level, configure
 
     opts = ctx.find_root().obj
@@ -227,7 +227,7 @@ def _log_to_stderr(ctx: click.Context) -> tuple[str, str]:
             fmt,
             level,
             db_url=opts["db"] or settings.db,
-            config_data=settings.model_dump(mode="json"),
+            config_data=plain(settings),
         )
     except InvalidInput as exc:
         fail(str(exc), EXIT_BAD_INPUT)
