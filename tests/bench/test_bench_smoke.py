@@ -164,3 +164,15 @@ def test_http_client_reads_answers_split_and_joined() -> None:
         return answers
 
     assert asyncio.run(go()) == [(201, b'{"a":1}'), (404, b"{}")]
+
+
+def test_the_capped_passes_cap_is_out_of_one_workers_reach() -> None:
+    """The admission and routed benchmarks' cap measures what admitting costs only while one
+    worker's slots, and the tasks whose outcomes it has not yet written (still executing in the
+    store), cannot reach it: at the worker's own concurrency the cap held the drain back."""
+    from agentqueue.bench.admission import MAX_ACTIVE
+    from agentqueue.bench.common import Sizes
+    from agentqueue.worker.tuning import ASYNC_CONCURRENCY
+
+    assert Sizes().drain_concurrency == ASYNC_CONCURRENCY  # the benchmarks run the default
+    assert 2 * Sizes().drain_concurrency <= MAX_ACTIVE

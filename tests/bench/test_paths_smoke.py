@@ -36,7 +36,7 @@ def test_paths_and_floor_report_their_figures(bench_db: str, tmp_path: Path) -> 
     routed = doc["results"]["routed"]
     n = doc["options"]["sizes"]["drain_n"]
     assert len(routed["settings"]["agents"]) == 6
-    assert routed["settings"]["capped"] == "admission.max_active = 1000"
+    assert routed["settings"]["capped"] == "admission.max_active = 2000"
     # The routed drain went through the planner: pending until the scheduler admitted it.
     assert routed["sanity"]["pending_after_preload"] == n
     assert routed["sanity"]["drain_admit"]["admit_actor"] == "scheduler"

@@ -12,10 +12,10 @@ from agentqueue.config import Settings
 from agentqueue.worker.tuning import slots_for_handlers, tune
 
 
-def test_an_async_only_worker_on_postgres_gets_hundreds_of_slots() -> None:
+def test_an_async_only_worker_on_postgres_gets_a_thousand_slots() -> None:
     t = tune("postgres", slots=slots_for_handlers(1, all_async=True))
     assert (t.concurrency, t.claim_batch, t.claims_in_flight, t.flushes_in_flight) == (
-        500, 125, 4, 4,
+        1000, 250, 4, 4,
     )  # fmt: skip
     assert t.derived == {"concurrency", "claim_batch", "claims_in_flight", "flushes_in_flight"}
 
@@ -85,12 +85,12 @@ def test_a_queues_worker_derives_from_its_handlers_and_backend(tmp_path: Path) -
     worker = _queue(url).worker()
     o = worker.options
     assert (o.concurrency, o.claim_batch, o.claims_in_flight, o.flushes_in_flight) == (
-        500, 250, 2, 2,
+        1000, 250, 2, 2,
     )  # fmt: skip
-    assert "concurrency 500 (derived)" in o.tuning
+    assert "concurrency 1000 (derived)" in o.tuning
     worker = _queue("postgresql://127.0.0.1:1/none").worker()
     o = worker.options
-    assert (o.concurrency, o.claim_batch, o.claims_in_flight) == (500, 125, 4)
+    assert (o.concurrency, o.claim_batch, o.claims_in_flight) == (1000, 250, 4)
     assert _queue(url, sync=True).worker().options.concurrency == 10
 
 
@@ -120,11 +120,11 @@ def test_agents_add_their_own_slots_and_the_handlers_keep_their_share(tmp_path: 
     url = f"sqlite:///{tmp_path / 'q.db'}"
     settings = Settings.model_validate({"agents": _agents(fixer=4, writer=2)})
     worker = _queue(url, settings).worker()
-    assert worker.options.concurrency == 506
-    assert "concurrency 506 (derived)" in worker.options.tuning
+    assert worker.options.concurrency == 1006
+    assert "concurrency 1006 (derived)" in worker.options.tuning
     caps = {e.name: e.max_concurrent for e in worker.executors}
     # The handlers can never hold the agents' six slots.
-    assert caps == {"handlers": 500, "fixer": 4, "writer": 2}
+    assert caps == {"handlers": 1000, "fixer": 4, "writer": 2}
     for executor in worker.executors:
         getattr(executor, "close", lambda: None)()
     # Asked for one agent only: its slots alone.

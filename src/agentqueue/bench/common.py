@@ -39,7 +39,7 @@ class Sizes:
     scaling_workers: tuple[int, ...] = (1, 2, 4)
     scaling_concurrency: int = 16
     scaling_sleep_secs: float = 0.02
-    drain_concurrency: int = 500
+    drain_concurrency: int = 1000
     idle_secs: float = 20.0
     busy_n: int = 20_000
     settle_secs: float = 1.0

@@ -3,10 +3,10 @@ same N and the same clocks, with planner statistics.
 
 agentqueue is measured as a user runs it: ``agentqueue worker --app
 agentqueue.bench.noop_app:queue`` in a subprocess, default flags (and once with
-``--concurrency 500``), on PostgreSQL and SQLite; the worker the bench tunes for draining runs
-in its own child beside it, for information. Each peer (``benchmarks/peers/``, run by the
-``.peers/`` interpreter) is swept over a small grid of its own documented knobs and reported at
-its best setting, every setting kept in the JSON.
+``--concurrency 500``, the default before it was 1000), on PostgreSQL and SQLite; the worker
+the bench tunes for draining runs in its own child beside it, for information. Each peer
+(``benchmarks/peers/``, run by the ``.peers/`` interpreter) is swept over a small grid of its
+own documented knobs and reported at its best setting, every setting kept in the JSON.
 
 The clocks, the same for all: from the worker's process start (wall clock, taken just before it
 is started) to the last completion the store recorded, the headline; and from the first claim
@@ -80,11 +80,11 @@ RUNS: tuple[Run, ...] = (
     Run("agentqueue-sqlite", f"{WORKER} (SQLite)", "sqlite", "cli", "defaults"),
     Run(
         "agentqueue-tuned-postgresql", "agentqueue, the bench's tuned worker (PostgreSQL)",
-        "postgresql", "tuned", "concurrency 500, 4 claims and 4 outcome writes in flight",
+        "postgresql", "tuned", "concurrency 1000, 4 claims and 4 outcome writes in flight",
     ),
     Run(
         "agentqueue-tuned-sqlite", "agentqueue, the bench's tuned worker (SQLite)", "sqlite",
-        "tuned", "concurrency 500, 4 claims and 4 outcome writes in flight",
+        "tuned", "concurrency 1000, 4 claims and 4 outcome writes in flight",
     ),
 )  # fmt: skip
 HEADLINE = "agentqueue-postgresql"
@@ -513,7 +513,7 @@ def notes(ctx: BenchContext, n: int) -> list[str]:
         "none by itself and gets none.",
         f"agentqueue as a user starts it: `agentqueue worker --app {APP}` (one no-op async "
         "handler), default flags unless named; the bench's tuned worker (its own child, "
-        "concurrency 500, 4 claims and 4 outcome writes in flight) is for information.",
+        "concurrency 1000, 4 claims and 4 outcome writes in flight) is for information.",
     ]
     if ctx.peers:
         grids = "; ".join(

@@ -6,9 +6,10 @@ Every value set explicitly (``--concurrency``, ``[worker] concurrency``, ``[queu
 derived here, from the slots and the backend:
 
 - **concurrency**: the slots of each kind of executor the worker runs, added up (the
-  ``slots`` :func:`tune` is given): its handlers' (:func:`slots_for_handlers`) ``500`` when
+  ``slots`` :func:`tune` is given): its handlers' (:func:`slots_for_handlers`) ``1000`` when
   all are async (a waiting coroutine costs a few kilobytes, so a no-op handler can fill
-  hundreds of slots), ``10`` when one runs in a thread
+  a thousand slots; with them a PostgreSQL worker claims 250 tasks at a time, and the
+  server's work per task falls, measured in README, Workers), ``10`` when one runs in a thread
   (a slot holds a thread); each command agent its own ``max_concurrent`` (a slot holds a
   process, and the agent never runs more at once). The handlers then keep their share: the
   agents' slots are never taken by handler tasks.
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-ASYNC_CONCURRENCY = 500
+ASYNC_CONCURRENCY = 1000
 """The handlers' slots when every handler is async."""
 OTHER_CONCURRENCY = 10
 """The handlers' slots when one runs in a thread (a thread per slot)."""
@@ -47,7 +48,7 @@ class Tuning:
     """The names of the values derived here (the rest were set)."""
 
     def describe(self) -> str:
-        """``concurrency 500 (derived), claim batch 125 (derived), ...`` for the start line."""
+        """``concurrency 1000 (derived), claim batch 250 (derived), ...`` for the start line."""
         parts = []
         for name, label in (
             ("concurrency", "concurrency"),
