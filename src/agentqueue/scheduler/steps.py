@@ -115,7 +115,10 @@ class TickReport:
     """Tasks cancelled because a dependency failed, was cancelled or dead-lettered."""
 
 
-ADMIT_BATCH = 1000
+ADMIT_BATCH = 2000
+"""The most one admission pass admits: twice a worker's default slots for async handlers, so
+that a pass admits ahead of what one worker holds (a routed drain, six agents configured and
+1000 slots: 1.04x and 1.05x the rate of passes of 1000 in two sittings, 4000 no better)."""
 
 
 async def tick(
