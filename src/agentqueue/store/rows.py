@@ -495,8 +495,7 @@ def _record_decoders(cls: type[Any], codec: Codec) -> tuple[tuple[str, Callable[
 
 def room_from_rows(rows: Sequence[Row]) -> Room:
     """The answer of ``admission_room``: what a global cap counts, and the tenants waiting."""
-    first, last = rows[0]["first"], rows[0]["last"]
-    return Room(int(rows[0]["n"]), first is not None, first != last)
+    return Room(int(rows[0]["n"]), rows[0]["last"] is not None, rows[0]["below"] is not None)
 
 
 def load_rows(rows: Sequence[Row]) -> list[LoadRow]:

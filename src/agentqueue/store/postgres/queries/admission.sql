@@ -109,33 +109,41 @@ GROUP BY agent
 
 -- name: admission_room
 -- How many tasks are admitted (queued or executing), and which tenants have pending work.
--- One count per state, each from its partial index (the state index leaves both out); the
--- tenants from the two ends of the pending tenant index (none pending: both NULL; several iff
--- they differ), ordered by the whole of its key: no other index gives that order, so the
--- planner cannot walk the listing index instead, past every task no longer pending, as it
--- did when statistics taken before a drain still called nearly every task pending.
+-- One count per state, each from its partial index (the state index leaves both out); the last
+-- tenant with pending tasks (none pending: NULL) and one before it (several tenants: not NULL),
+-- both read backwards in the pending tenant index, ordered by the whole of its key: no other
+-- index gives that order, so the planner cannot walk the listing index instead, past every task
+-- no longer pending, as it did when statistics taken before a drain still called nearly every
+-- task pending. Never from the index's front: a tenant's oldest tasks are claimed first, and
+-- until a vacuum their entries stay there, each a visit to the table (1 ms and more a read,
+-- half-way through a drain of 20,000, where the end costs one entry).
 SELECT (SELECT count(*) FROM aq_tasks WHERE state = 'queued')
      + (SELECT count(*) FROM aq_tasks WHERE state = 'executing') AS n,
-    (SELECT tenant FROM aq_tasks WHERE state = 'pending'
-     ORDER BY tenant, priority, eligible_at, seq LIMIT 1) AS first,
-    (SELECT tenant FROM aq_tasks WHERE state = 'pending'
-     ORDER BY tenant DESC, priority DESC, eligible_at DESC, seq DESC LIMIT 1) AS last
+    l.last,
+    (SELECT tenant FROM aq_tasks WHERE state = 'pending' AND tenant < l.last
+     ORDER BY tenant DESC, priority DESC, eligible_at DESC, seq DESC LIMIT 1) AS below
+FROM (SELECT (SELECT tenant FROM aq_tasks WHERE state = 'pending'
+              ORDER BY tenant DESC, priority DESC, eligible_at DESC, seq DESC LIMIT 1) AS last) l
 
 -- name: pending_tenants
 -- Tenants that have pending tasks, skipping through the index.
 -- Up to %(limit)s tenants with pending work, found by skipping through the index.
+-- From the last tenant down, each step landing at the end of the next tenant's entries (its
+-- newest tasks) rather than their front, where the entries of its tasks admitted since the last
+-- vacuum lie (see admission_room); given in tenant order.
 WITH RECURSIVE tenants(tenant) AS (
     -- Ordered by the pending tenant index's whole key, as in admission_room: no other index
     -- gives that order, whatever the statistics say.
     SELECT (SELECT tenant FROM aq_tasks WHERE state = 'pending'
-            ORDER BY tenant, priority, eligible_at, seq LIMIT 1)
+            ORDER BY tenant DESC, priority DESC, eligible_at DESC, seq DESC LIMIT 1)
     UNION ALL
     SELECT (SELECT t.tenant FROM aq_tasks t
-            WHERE t.state = 'pending' AND t.tenant > tenants.tenant
-            ORDER BY t.tenant, t.priority, t.eligible_at, t.seq LIMIT 1)
+            WHERE t.state = 'pending' AND t.tenant < tenants.tenant
+            ORDER BY t.tenant DESC, t.priority DESC, t.eligible_at DESC, t.seq DESC LIMIT 1)
     FROM tenants WHERE tenants.tenant IS NOT NULL
 )
-SELECT tenant FROM tenants WHERE tenant IS NOT NULL LIMIT %(limit)s
+SELECT tenant FROM (SELECT tenant FROM tenants WHERE tenant IS NOT NULL LIMIT %(limit)s) AS t
+ORDER BY tenant
 
 -- name: admission_candidates
 -- The best admissible tasks of some tenants, per priority level.

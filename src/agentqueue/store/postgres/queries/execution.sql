@@ -103,14 +103,16 @@ ORDER BY
 -- What `admit` counts (none while several tenants have pending tasks and %(one_tenant)s: the
 -- planner weighs them), kept in a setting of this transaction that claim_admitting reads. Its
 -- own statement, sent after the admission lock's: its snapshot sees every admission before.
+-- Several tenants wait iff one sorts before the last: both read backwards in the pending tenant
+-- index (see admission_room), never from its front, where the entries of tasks claimed since
+-- the last vacuum lie.
 SELECT set_config('agentqueue.claim_room', CASE
     WHEN %(one_tenant)s AND (
-        SELECT tenant FROM aq_tasks WHERE state = 'pending'
-        ORDER BY tenant, priority, eligible_at, seq LIMIT 1
-    ) IS DISTINCT FROM (
-        SELECT tenant FROM aq_tasks WHERE state = 'pending'
+        SELECT tenant FROM aq_tasks WHERE state = 'pending' AND tenant < (
+            SELECT tenant FROM aq_tasks WHERE state = 'pending'
+            ORDER BY tenant DESC, priority DESC, eligible_at DESC, seq DESC LIMIT 1)
         ORDER BY tenant DESC, priority DESC, eligible_at DESC, seq DESC LIMIT 1
-    ) THEN 0
+    ) IS NOT NULL THEN 0
     ELSE GREATEST(0, %(max_active)s::integer
         - (SELECT count(*) FROM aq_tasks WHERE state = 'queued')
         - (SELECT count(*) FROM aq_tasks WHERE state = 'executing'))

@@ -57,29 +57,32 @@ GROUP BY agent
 
 -- name: admission_room
 -- How many tasks are admitted (queued or executing), and which tenants have pending work.
--- The tenants from the two ends of the pending tenant index (none pending: both NULL; several
--- iff they differ), named: without statistics SQLite would sort every pending task by tenant.
+-- The last tenant with pending tasks (none pending: NULL) and one before it (several tenants:
+-- not NULL), as PostgreSQL reads them, from the pending tenant index, named: without
+-- statistics SQLite would sort every pending task by tenant.
 SELECT (SELECT count(*) FROM aq_tasks WHERE state IN ('queued', 'executing')) AS n,
+    l.last,
     (SELECT tenant FROM aq_tasks INDEXED BY aq_tasks_pending_tenant
-     WHERE state = 'pending' ORDER BY tenant LIMIT 1) AS first,
-    (SELECT tenant FROM aq_tasks INDEXED BY aq_tasks_pending_tenant
-     WHERE state = 'pending' ORDER BY tenant DESC LIMIT 1) AS last
+     WHERE state = 'pending' AND tenant < l.last ORDER BY tenant DESC LIMIT 1) AS below
+FROM (SELECT (SELECT tenant FROM aq_tasks INDEXED BY aq_tasks_pending_tenant
+              WHERE state = 'pending' ORDER BY tenant DESC LIMIT 1) AS last) AS l
 
 -- name: pending_tenants
 -- Tenants that have pending tasks, skipping through the index.
 -- Up to :limit tenants with pending work, found by skipping through the index.
 WITH RECURSIVE tenants(tenant) AS (
     -- The pending tenant index named, as in admission_room: each step one index probe, not a
-    -- sort of every pending task.
+    -- sort of every pending task. From the last tenant down, as PostgreSQL reads them.
     SELECT (SELECT tenant FROM aq_tasks INDEXED BY aq_tasks_pending_tenant
-            WHERE state = 'pending' ORDER BY tenant LIMIT 1)
+            WHERE state = 'pending' ORDER BY tenant DESC LIMIT 1)
     UNION ALL
     SELECT (SELECT t.tenant FROM aq_tasks t INDEXED BY aq_tasks_pending_tenant
-            WHERE t.state = 'pending' AND t.tenant > tenants.tenant
-            ORDER BY t.tenant LIMIT 1)
+            WHERE t.state = 'pending' AND t.tenant < tenants.tenant
+            ORDER BY t.tenant DESC LIMIT 1)
     FROM tenants WHERE tenants.tenant IS NOT NULL
 )
-SELECT tenant FROM tenants WHERE tenant IS NOT NULL LIMIT :limit
+SELECT tenant FROM (SELECT tenant FROM tenants WHERE tenant IS NOT NULL LIMIT :limit) AS t
+ORDER BY tenant
 
 -- name: admission_candidates
 -- The best admissible tasks of some tenants, per priority level.
