@@ -41,12 +41,12 @@ async def test_the_admission_transaction_commits_without_waiting_and_only_it(
     assert await _pooled_setting(store) == "on"
     async with store.transaction() as tx:
         await tx.lock_admission()
-        await (await tx.admission_room()).get()  # the lock goes with the first statement
+        await tx.load_and_tenants(1)  # the lock goes with the first statement
         assert await _setting(tx._s._conn) == "off"  # type: ignore[attr-defined]
     # The same (only) connection, after the commit: back to the server's default.
     assert await _pooled_setting(store) == "on"
     async with store.transaction() as tx:
-        await (await tx.admission_room()).get()
+        await tx.load_and_tenants(1)
         assert await _setting(tx._s._conn) == "on"  # type: ignore[attr-defined]
 
 
@@ -59,7 +59,7 @@ async def test_an_admission_that_claims_commits_durably(one_connection: Store, p
     params = ClaimParams(1, now, bulk_event(Action.CLAIM, now, "w1"), 600.0, 30.0, 5.0)
     async with store.transaction() as tx:
         await tx.lock_admission()
-        await (await tx.admission_room()).get()
+        await tx.load_and_tenants(1)
         assert await _setting(tx._s._conn) == "off"  # type: ignore[attr-defined]
     queue = AsyncQueue(pg_url)
     try:
@@ -68,7 +68,7 @@ async def test_an_admission_that_claims_commits_durably(one_connection: Store, p
         await queue.close()
     async with store.transaction() as tx:
         await tx.lock_admission()
-        await (await tx.admission_room()).get()
+        await tx.load_and_tenants(1)
         assert await _setting(tx._s._conn) == "off"  # type: ignore[attr-defined]
         assert len(await (await tx.claim_next(params)).get()) == 1
         assert await _setting(tx._s._conn) == "on"  # type: ignore[attr-defined]
@@ -89,7 +89,7 @@ async def test_an_admission_that_may_claim_is_not_relaxed_and_takes_no_statement
     params = ClaimParams(1, now, bulk_event(Action.CLAIM, now, "w1"), 600.0, 30.0, 5.0)
     async with store.transaction() as tx:
         await tx.lock_admission(relaxed=False)
-        await (await tx.admission_room()).get()
+        await tx.load_and_tenants(1)
         assert await _setting(tx._s._conn) == "on"  # type: ignore[attr-defined]
         asked: list[str] = []
 
@@ -113,7 +113,7 @@ async def test_the_scheduler_of_a_worker_admits_durably_and_a_lone_scheduler_rel
 
     async def lock_and_look(self: SQLTx, relaxed: bool = True) -> None:
         await locked(self, relaxed)
-        await (await self.admission_room()).get()  # the lock goes with the first statement
+        await self.load_and_tenants(1)  # the lock goes with the first statement
         seen.append(await _setting(self._s._conn))  # type: ignore[attr-defined]
 
     monkeypatch.setattr(SQLTx, "lock_admission", lock_and_look)

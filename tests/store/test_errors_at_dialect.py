@@ -27,7 +27,7 @@ async def test_an_unmigrated_database_is_misconfigured_on_every_path(
             await store.resign("scheduler", "me")  # a write of its own
         with pytest.raises(StoreMisconfigured):
             async with store.transaction() as tx:  # a statement inside a transaction
-                await (await tx.admission_room()).get()
+                await tx.load_and_tenants(1)
         with pytest.raises(StoreMisconfigured):
             async with store.audit_snapshot() as snapshot:  # a snapshot
                 [head async for head in snapshot.heads]

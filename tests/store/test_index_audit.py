@@ -37,8 +37,8 @@ async def _listings(queue: AsyncQueue) -> dict[TaskState, list[str]]:
 
 async def _admitted(queue: AsyncQueue) -> tuple[int, list[tuple[str, str | None, int]]]:
     store = queue.store
+    count = (await store.admission_room()).active
     async with store.transaction() as tx:
-        count = (await (await tx.admission_room()).get()).active
         load = sorted(
             ((r.tenant, r.agent, r.count) for r in (await tx.load_and_tenants(1))[0]),
             key=lambda r: r[0],

@@ -19,6 +19,7 @@ import tempfile
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
+from uuid import UUID
 
 import psycopg
 import pytest
@@ -27,14 +28,13 @@ from psycopg import pq
 from agentqueue import AsyncQueue
 from agentqueue.config import Settings
 from agentqueue.domain.errors import InvalidInput, StoreError, StoreUnavailable
-from agentqueue.domain.states import Action, TaskState, bulk_event
+from agentqueue.domain.states import Action, BulkEvent, TaskState, bulk_event
 from agentqueue.scheduler.admission import admit_limited
 from agentqueue.service import execution
 from agentqueue.service.runtime import Runtime
 from agentqueue.store import Store
 from agentqueue.store.base import (
     CHANNEL_QUEUED,
-    AdmitParams,
     ClaimParams,
     NotArrived,
     TaskFilter,
@@ -99,18 +99,6 @@ class Trace:
         return len(self.sent("Sync")) + len(self.sent("Query"))
 
 
-async def test_an_admission_pass_begins_locks_and_counts_in_one_round_trip(store: Store) -> None:
-    async with Trace(store) as trace, store.transaction() as tx:
-        await tx.lock_admission()
-        room = await (await tx.admission_room()).get()
-    assert room.active == 0
-    assert trace.round_trips == 2  # BEGIN + lock + count; COMMIT
-    text = trace.text
-    first_wait = text.index("\tSync")
-    assert text.index('"BEGIN"') < text.index("pg_advisory_xact_lock(") < first_wait
-    assert text.index("pg_advisory_xact_lock(") < text.index("count(*)") < first_wait
-
-
 async def test_a_routed_pass_reads_its_load_and_tenants_with_its_lock(store: Store) -> None:
     """BEGIN, the lock, the admitted load and the tenants with pending work: one round trip."""
     async with Trace(store) as trace, store.transaction() as tx:
@@ -140,27 +128,28 @@ async def test_a_failed_transaction_is_rolled_back_and_the_connection_reused(
         with pytest.raises(InvalidInput):
             async with store.transaction() as tx:
                 await tx.lock_admission()
-                await (await tx.admission_room()).get()
+                await tx.load_and_tenants(1)
                 raise InvalidInput("boom")
     # (psycopg then forgets its prepared statements: DEALLOCATE ALL, as after any rollback)
     assert [line.split("\t")[-1] for line in failed.sent("Query")][:1] == [' "ROLLBACK"']
     async with Trace(store) as trace, store.transaction() as tx:
         await tx.lock_admission()
-        assert (await (await tx.admission_room()).get()).active == 0
+        assert await tx.load_and_tenants(1) == ([], [])
     assert trace.round_trips == 2
 
 
-async def _pending(pg_url: str, n: int) -> None:
-    """``n`` tasks waiting in pending (a cap leaves them for admission)."""
+async def _pending(pg_url: str, n: int) -> list[UUID]:
+    """``n`` tasks waiting in pending (a cap leaves them for admission), in submit order."""
     queue = AsyncQueue(pg_url, settings=Settings(admission={"max_active": 10}))
     try:
-        await queue.submit_many([{"title": f"t{i}", "task_type": "docs"} for i in range(n)])
+        made = await queue.submit_many([{"title": f"t{i}", "task_type": "docs"} for i in range(n)])
     finally:
         await queue.close()
+    return [m.task.id for m in made]
 
 
-def _admit(now: datetime, limit: int = 10) -> AdmitParams:
-    return AdmitParams(limit, now, 600.0, bulk_event(Action.ADMIT, now, "scheduler"), [])
+def _admitting(now: datetime) -> BulkEvent:
+    return bulk_event(Action.ADMIT, now, "scheduler")
 
 
 def _claim(now: datetime, limit: int = 10) -> ClaimParams:
@@ -168,20 +157,20 @@ def _claim(now: datetime, limit: int = 10) -> ClaimParams:
 
 
 async def test_an_admission_and_its_claim_go_with_its_commit(store: Store, pg_url: str) -> None:
-    """BEGIN + lock + count; then the admission, the claim and the COMMIT: two round trips.
-    What the admission and the claim wrote is read after the commit."""
-    await _pending(pg_url, 2)
+    """BEGIN + lock + load and tenants; then the admission, the claim and the COMMIT: two
+    round trips. What the admission and the claim wrote is read after the commit."""
+    ids = await _pending(pg_url, 2)
     now = datetime.now(UTC)
-    for _ in range(2):  # the second time, the connection has its statements prepared
+    for one in ids:  # the second time, the connection has its statements prepared
         async with Trace(store) as trace, store.transaction() as tx:
             await tx.lock_admission(relaxed=False)
-            assert (await (await tx.admission_room()).get()).pending
-            admitted = await tx.admit_next(_admit(now, 1))
+            assert (await tx.load_and_tenants(10))[1] == ["default"]
+            admitted = await tx.admit_ids([one], now, _admitting(now))
             claimed = await tx.claim_next(_claim(now))
             for later in (admitted, claimed):
                 with pytest.raises(NotArrived):
                     later.result()  # held back until the COMMIT
-        assert len(admitted.result()) == 1
+        assert admitted.result() == [one]
         assert [t.id for t in claimed.result()] == admitted.result()
         assert [t.state for t in claimed.result()] == [TaskState.EXECUTING]
     assert trace.round_trips == 2
@@ -318,12 +307,12 @@ async def test_a_routed_admission_sends_its_writes_with_its_commit(
 async def test_a_held_claim_is_dropped_with_a_rollback(store: Store, pg_url: str) -> None:
     """A transaction that fails before its COMMIT never sends the claim it held: no answer,
     nothing claimed, and the admission rolled back with it."""
-    await _pending(pg_url, 1)
+    ids = await _pending(pg_url, 1)
     now = datetime.now(UTC)
     with pytest.raises(InvalidInput):
         async with store.transaction() as tx:
             await tx.lock_admission(relaxed=False)
-            assert len(await (await tx.admit_next(_admit(now))).get()) == 1
+            assert await (await tx.admit_ids(ids, now, _admitting(now))).get() == ids
             later = await tx.claim_next(_claim(now))
             raise InvalidInput("boom")
     with pytest.raises(NotArrived):
@@ -337,15 +326,15 @@ async def test_a_claim_that_fails_with_the_commit_rolls_the_transaction_back(
     """The claim sent with the COMMIT fails (a negative limit): the error is raised, the
     admission before it is rolled back, and the pool's one connection serves the next
     transaction."""
-    await _pending(pg_url, 1)
+    ids = await _pending(pg_url, 1)
     now = datetime.now(UTC)
     with pytest.raises(StoreError):
         async with store.transaction() as tx:
-            assert len(await (await tx.admit_next(_admit(now))).get()) == 1
+            assert await (await tx.admit_ids(ids, now, _admitting(now))).get() == ids
             await tx.claim_next(_claim(now, limit=-1))
     assert await store.count_by_state() == {TaskState.PENDING: 1}
     async with store.transaction() as tx:
-        assert len(await (await tx.admit_next(_admit(now))).get()) == 1
+        assert await (await tx.admit_ids(ids, now, _admitting(now))).get() == ids
         later = await tx.claim_next(_claim(now))
     assert len(later.result()) == 1
 
@@ -357,14 +346,13 @@ async def test_an_admission_whose_connection_dies_before_its_commit_writes_and_c
     claim are still held back: the COMMIT's pipeline fails as the database being away, neither
     answer arrives, nothing is written, and the pool's one connection is replaced for the next
     transaction."""
-    await _pending(pg_url, 1)
+    ids = await _pending(pg_url, 1)
     now = datetime.now(UTC)
     with pytest.raises(StoreUnavailable):
         async with store.transaction() as tx:
-            assert (
-                await (await tx.admission_room()).get()
-            ).pending  # the transaction is open on the server
-            admitted = await tx.admit_next(_admit(now))
+            # The transaction is open on the server.
+            assert (await tx.load_and_tenants(10))[1] == ["default"]
+            admitted = await tx.admit_ids(ids, now, _admitting(now))
             claimed = await tx.claim_next(_claim(now))
             async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as other:
                 await other.execute(
@@ -376,6 +364,6 @@ async def test_an_admission_whose_connection_dies_before_its_commit_writes_and_c
             later.result()
     assert await store.count_by_state() == {TaskState.PENDING: 1}
     async with store.transaction() as tx:
-        admitted = await tx.admit_next(_admit(now))
+        admitted = await tx.admit_ids(ids, now, _admitting(now))
         claimed = await tx.claim_next(_claim(now))
-    assert len(admitted.result()) == 1 and len(claimed.result()) == 1
+    assert admitted.result() == ids and len(claimed.result()) == 1

@@ -409,17 +409,14 @@ class ClaimAdmission:
 
 @dataclass(frozen=True)
 class AdmitParams:
-    """What ``admit`` and ``Tx.admit_next`` take: up to ``limit`` pending tasks due at ``now``,
-    none of a ``paused`` type, priorities aging one level every ``aging_secs``."""
+    """What ``admit`` takes: up to ``limit`` pending tasks due at ``now``, none of a ``paused``
+    type, priorities aging one level every ``aging_secs``."""
 
     limit: int
     now: datetime
     aging_secs: float
     event: BulkEvent
     paused: Sequence[str] = ()
-    notify: bool = True
-    """Announce the admitted tasks (CHANNEL_QUEUED) at commit; false for an admission that
-    claims, which calls Tx.notify_queued after its claims instead."""
 
 
 @dataclass(frozen=True)
@@ -554,22 +551,10 @@ class AdmissionTx(Protocol):
         waits makes it durable); an admission that may claim is not relaxed."""
         ...
 
-    async def admission_room(self) -> Later[Room]:
-        """How many tasks are admitted (queued or executing), whether any task is pending
-        and whether more than one tenant has, in one statement sent later (see claim_next):
-        what admission under a global cap alone reads beside its ADMIT, which counts the
-        room itself."""
-        ...
-
     async def load_and_tenants(self, limit: int) -> tuple[list[LoadRow], list[str]]:
         """Admitted work (queued or executing) grouped by tenant and agent, and up to
         ``limit`` tenants that have pending tasks: what every routed admission pass reads
         first, under its lock, read together (one round trip)."""
-        ...
-
-    async def admit_next(self, params: AdmitParams) -> Later[list[UUID]]:
-        """Store.admit (best ``limit`` admissible tasks, set-wise) inside this transaction,
-        sent later (see claim_next): the ids admitted, in claim order."""
         ...
 
     async def claim_next(self, params: ClaimParams) -> Later[list[Task]]:
@@ -894,8 +879,10 @@ class TaskReader(Protocol):
         ...
 
     async def admission_room(self) -> Room:
-        """What a global cap counts and which tenants wait (as Tx.admission_room), read
-        outside a write transaction: a hint, for a scheduler whose workers' claims admit."""
+        """What a global cap counts (queued and executing tasks), whether any task is pending
+        and whether more than one tenant has, in one read outside a write transaction: a hint,
+        for a scheduler whose workers' claims admit (each claim counts its room again under the
+        admission lock)."""
         ...
 
     async def count_parked(self, now: datetime, tenant: str | None = None) -> int:

@@ -28,7 +28,6 @@ from .base import (
     NewTask,
     OutboxRow,
     Purge,
-    Room,
 )
 from .dialect import Dialect, Session
 from .rows import (
@@ -48,7 +47,6 @@ from .rows import (
     purge_rows,
     record_from_row,
     records_from_table,
-    room_from_rows,
     tasks_from_table,
 )
 
@@ -109,7 +107,6 @@ class QueryOps:
         params = self._p(
             paused=list(p.paused),
             limit=p.limit,
-            notify=p.notify,
             now=p.now,
             actor=p.event.actor,
             tail=p.event.tail,
@@ -195,18 +192,6 @@ class SQLTx(QueryOps):
         """One admitter under limits at a time; ``relaxed``, its commit need not wait."""
         self._relaxed = relaxed
         await self._s.lock_admission(relaxed)
-
-    async def admission_room(self) -> Later[Room]:
-        """Queued plus executing tasks, and whether one or several tenants have pending
-        tasks; sent later."""
-        return (await self._s.fetch_later("admission_room")).map(room_from_rows)
-
-    async def admit_next(self, params: AdmitParams) -> Later[list[UUID]]:
-        """The store's ADMIT, inside this transaction, sent later (its notice, unless
-        ``params.notify`` is false, goes at commit)."""
-        rows = await self._s.fetch_later("admit", self._admit_values(params))
-        orders_in_sql = self._dialect.orders_in_sql
-        return rows.map(lambda r: self._admitted(r, params, orders_in_sql))
 
     async def claim_next(self, params: ClaimParams) -> Later[list[Task]]:
         """The store's CLAIM, inside this transaction, sent later (at the latest with the

@@ -5,7 +5,7 @@ the real PostgreSQL server. State is set up through the domain and service funct
 built by ``service.records.new_record``, lapses taken back by the scheduler's own steps); the
 operation under test is always called on the store or on a transaction directly.
 
-The operations that take more than four arguments (``claim``, ``admit``, ``Tx.admit_next``,
+The operations that take more than four arguments (``claim``, ``admit``,
 ``Tx.admission_candidates``) are called only through the wrappers below, so that a change of their
 signature (one parameter object) is adapted here and nowhere else.
 """
@@ -113,8 +113,7 @@ def admit_params(
     aging_secs: float = AGING,
     paused: Sequence[str] = (),
 ) -> AdmitParams:
-    """What ``Store.admit`` and ``Tx.admit_next`` take; the event defaults to an ADMIT by the
-    scheduler at ``now``."""
+    """What ``Store.admit`` takes; the event defaults to an ADMIT by the scheduler at ``now``."""
     event = event or bulk_event(Action.ADMIT, now, ADMITTER)
     return AdmitParams(limit, now, aging_secs, event, paused)
 
@@ -122,11 +121,6 @@ def admit_params(
 async def admit(store: Store, limit: int, now: datetime, *args: Any, **kw: Any) -> list[UUID]:
     """``Store.admit`` (arguments as ``admit_params``)."""
     return await store.admit(admit_params(limit, now, *args, **kw))
-
-
-async def admit_next(tx: Tx, limit: int, now: datetime, *args: Any, **kw: Any) -> list[UUID]:
-    """``Tx.admit_next`` (arguments as ``admit_params``)."""
-    return await (await tx.admit_next(admit_params(limit, now, *args, **kw))).get()
 
 
 async def admission_candidates(

@@ -18,7 +18,6 @@ from .conftest import (
     WORKER,
     admission_candidates,
     admit,
-    admit_next,
     claim,
     insert,
 )
@@ -61,12 +60,12 @@ async def test_lock_admission_serialises_admitting_transactions(store: Store) ->
     async def second() -> None:
         async with store.transaction() as tx:
             await tx.lock_admission()
-            await (await tx.admission_room()).get()
+            await tx.load_and_tenants(1)
             order.append("second")
 
     async with store.transaction() as tx:
         await tx.lock_admission()
-        await (await tx.admission_room()).get()
+        await tx.load_and_tenants(1)
         waiting = asyncio.ensure_future(second())
         await asyncio.sleep(0.2)
         order.append("first")
@@ -75,25 +74,22 @@ async def test_lock_admission_serialises_admitting_transactions(store: Store) ->
 
 
 async def test_admission_room_counts_admitted_work(store: Store, rt: Runtime) -> None:
-    """Tx.admission_room counts admitted work: queued and executing tasks, nothing else."""
-    async with store.transaction() as tx:
-        assert (await (await tx.admission_room()).get()).active == 0
+    """Store.admission_room counts admitted work: queued and executing tasks, nothing else."""
+    assert (await store.admission_room()).active == 0
     await insert(rt)
     await insert(rt, admitted=True)
     await insert(rt, admitted=True, task_type="run")
     await claim(store, 1, rt.clock.now(), task_types=["run"])
-    async with store.transaction() as tx:
-        assert (await (await tx.admission_room()).get()).active == 2
+    assert (await store.admission_room()).active == 2
 
 
 async def test_admission_room_tells_when_several_tenants_wait(store: Store, rt: Runtime) -> None:
-    """Tx.admission_room says whether any task is pending and whether more than one tenant
+    """Store.admission_room says whether any task is pending and whether more than one tenant
     has pending tasks: none, one tenant (with several tasks), two; another tenant's admitted
     work does not count."""
 
     async def pending_and_several() -> tuple[bool, bool]:
-        async with store.transaction() as tx:
-            room = await (await tx.admission_room()).get()
+        room = await store.admission_room()
         return room.pending, room.several_tenants
 
     await insert(rt, tenant="c", admitted=True)
@@ -128,28 +124,6 @@ async def test_pending_tenants_lists_tenants_with_pending_work(store: Store, rt:
         assert len(await tenants_of(tx, 1)) == 1
         assert await tenants_of(tx, 0) == []
         assert await load_of(tx) == [LoadRow("c", None, 1)]
-
-
-async def test_admit_next_admits_inside_the_transaction(
-    store: Store, rt: Runtime, clock: ManualClock
-) -> None:
-    """Tx.admit_next admits like Store.admit (best first, limit, paused left out) and its
-    writes roll back with the transaction."""
-    low = await insert(rt, priority=3)
-    high = await insert(rt, priority=1)
-    await insert(rt, task_type="docs")
-    now = clock.now()
-    try:
-        async with store.transaction() as tx:
-            assert await admit_next(tx, 10, now, paused=["docs"]) == [high.id, low.id]
-            raise LookupError
-    except LookupError:
-        pass
-    assert await store.count_by_state() == {TaskState.PENDING: 3}
-    async with store.transaction() as tx:
-        assert await admit_next(tx, 1, now, paused=["docs"]) == [high.id]
-    [t] = await store.get_tasks([high.id])
-    assert t.state is TaskState.QUEUED and len(await store.events(high.id)) == 2
 
 
 async def test_a_claim_that_admits_takes_queued_tasks_then_pending_ones_within_the_cap(
@@ -241,14 +215,15 @@ async def test_claim_next_claims_inside_the_transaction(
     asked for inside the transaction, and arrives with the COMMIT otherwise."""
     low = await insert(rt, priority=3)
     high = await insert(rt, priority=1)
-    await insert(rt, task_type="docs")
+    docs = await insert(rt, task_type="docs")
     now = clock.now()
     params = ClaimParams(
         5, now, bulk_event(Action.CLAIM, now, "w1"), 600.0, 30.0, 5.0, task_types=["bugfix"]
     )
+    ids, admitting = [low.id, high.id, docs.id], bulk_event(Action.ADMIT, now, "scheduler")
     try:
         async with store.transaction() as tx:
-            await admit_next(tx, 10, now)
+            await tx.admit_ids(ids, now, admitting)
             claimed = await (await tx.claim_next(params)).get()
             assert [t.id for t in claimed] == [high.id, low.id]
             assert all(t.state is TaskState.EXECUTING and t.lock_token for t in claimed)
@@ -257,7 +232,7 @@ async def test_claim_next_claims_inside_the_transaction(
         pass
     assert await store.count_by_state() == {TaskState.PENDING: 3}
     async with store.transaction() as tx:
-        await admit_next(tx, 10, now)
+        await tx.admit_ids(ids, now, admitting)
         later = await tx.claim_next(replace(params, limit=1))
     [got] = later.result()
     [t] = await store.get_tasks([high.id])
@@ -428,17 +403,14 @@ async def test_note_waiting_records_why_and_sets_pending_tasks_aside(
         assert [c.id for c in back] == [parked.id]
 
 
-async def test_the_room_read_outside_a_transaction_is_the_one_inside(
+async def test_the_room_read_answers_admitted_work_pending_and_tenants_together(
     store: Store, rt: Runtime, clock: ManualClock
 ) -> None:
-    """Store.admission_room (a scheduler's hint when claims admit) answers what
-    Tx.admission_room does: admitted work, whether any task is pending, whether several
-    tenants have some."""
+    """Store.admission_room (a scheduler's hint when claims admit) answers all three in one
+    read: admitted work, whether any task is pending, whether several tenants have some."""
     assert await store.admission_room() == Room(0, False, False)
     await insert(rt, admitted=True)
     await insert(rt, tenant="a")
     assert await store.admission_room() == Room(1, True, False)
     await insert(rt, tenant="b")
-    room = await store.admission_room()
-    async with store.transaction() as tx:
-        assert room == await (await tx.admission_room()).get() == Room(1, True, True)
+    assert await store.admission_room() == Room(1, True, True)

@@ -55,11 +55,9 @@ WITH picked AS (
     ON CONFLICT (writer, tenant, task_type, agent, metric, label)
     DO UPDATE SET n = m.n + EXCLUDED.n, total = m.total + EXCLUDED.total
 ), notified AS (
-    -- One NOTIFY for the whole batch, sent when the statement commits ('p0' if it has one);
-    -- none with %(notify)s false (an admission that claims announces what it leaves queued,
-    -- after its claims: notify_queued).
+    -- One NOTIFY for the whole batch, sent when the statement commits ('p0' if it has one).
     SELECT pg_notify('aq_queued', CASE WHEN bool_or(priority = 0) THEN 'p0' ELSE '' END)
-    FROM upd HAVING count(*) > 0 AND %(notify)s
+    FROM upd HAVING count(*) > 0
 )
 -- Selecting the count keeps the planner from dropping the notice as an unused join; the
 -- mark says this statement counted its events (see execution.sql, claim).
