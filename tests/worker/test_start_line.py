@@ -86,7 +86,7 @@ def test_explicit_speed_settings_are_said_as_set(tmp_path: Path) -> None:
         "worker-args", "--concurrency", "64", AQ_TEST_APP_DB="sqlite:///unused.db",
     )  # fmt: skip
     assert line.endswith(
-        "concurrency 64 (set), claim batch 22 (derived), claims in flight 3 (set), "
+        "concurrency 64 (set), claim batch 32 (derived), claims in flight 3 (set), "
         "outcome writes in flight 3 (derived)"
     ), line
 

@@ -15,7 +15,7 @@ from agentqueue.worker.tuning import slots_for_handlers, tune
 def test_an_async_only_worker_on_postgres_gets_a_thousand_slots() -> None:
     t = tune("postgres", slots=slots_for_handlers(1, all_async=True))
     assert (t.concurrency, t.claim_batch, t.claims_in_flight, t.flushes_in_flight) == (
-        1000, 250, 4, 4,
+        1000, 500, 4, 4,
     )  # fmt: skip
     assert t.derived == {"concurrency", "claim_batch", "claims_in_flight", "flushes_in_flight"}
 
@@ -25,10 +25,12 @@ def test_an_async_only_worker_on_postgres_gets_a_thousand_slots() -> None:
     [
         ("postgres", 10, (5, 2, 2)),
         ("postgres", 64, (32, 2, 2)),
-        ("postgres", 200, (50, 4, 4)),
-        ("postgres", 2000, (250, 4, 4)),
+        ("postgres", 200, (100, 4, 4)),
+        ("postgres", 1000, (500, 4, 4)),
+        ("postgres", 2000, (500, 4, 4)),
         ("sqlite", 1, (1, 2, 2)),
         ("sqlite", 500, (250, 2, 2)),
+        ("sqlite", 2000, (250, 2, 2)),
         ("sqlite", 64, (32, 2, 2)),
     ],
 )
@@ -90,7 +92,7 @@ def test_a_queues_worker_derives_from_its_handlers_and_backend(tmp_path: Path) -
     assert "concurrency 1000 (derived)" in o.tuning
     worker = _queue("postgresql://127.0.0.1:1/none").worker()
     o = worker.options
-    assert (o.concurrency, o.claim_batch, o.claims_in_flight) == (1000, 250, 4)
+    assert (o.concurrency, o.claim_batch, o.claims_in_flight) == (1000, 500, 4)
     assert _queue(url, sync=True).worker().options.concurrency == 10
 
 

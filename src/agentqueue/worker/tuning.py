@@ -8,7 +8,7 @@ derived here, from the slots and the backend:
 - **concurrency**: the slots of each kind of executor the worker runs, added up (the
   ``slots`` :func:`tune` is given): its handlers' (:func:`slots_for_handlers`) ``1000`` when
   all are async (a waiting coroutine costs a few kilobytes, so a no-op handler can fill
-  a thousand slots; with them a PostgreSQL worker claims 250 tasks at a time, and the
+  a thousand slots; with them a PostgreSQL worker claims 500 tasks at a time, and the
   server's work per task falls, measured in README, Workers), ``10`` when one runs in a thread
   (a slot holds a thread); each command agent its own ``max_concurrent`` (a slot holds a
   process, and the agent never runs more at once). The handlers then keep their share: the
@@ -16,8 +16,11 @@ derived here, from the slots and the backend:
 - **claims in flight**: on PostgreSQL, ``4`` from 200 slots up, ``2`` below (the server works on
   one claim while the worker starts the tasks of another); on SQLite, ``2`` (one writer at a time:
   more claims only queue for the lock).
-- **claim batch**: the slots shared among the claims in flight, so that together they can fill
-  every slot at once: ``ceil(concurrency / claims in flight)``, between 1 and 250.
+- **claim batch**: half the slots, so that two claims fill every slot at once and the others in
+  flight take slots as they free: ``ceil(concurrency / 2)`` (with one claim in flight, all of
+  them), at least 1 and at most 500 on PostgreSQL (a claim of many rows costs the server less
+  per row; claims of 1000 left the worker waiting between them), 250 on SQLite (one writer: a
+  claim holds the file's lock while it writes).
 - **flushes in flight**: as many as the claims in flight (outcomes arrive at the rate tasks are
   claimed).
 
@@ -32,7 +35,8 @@ ASYNC_CONCURRENCY = 1000
 """The handlers' slots when every handler is async."""
 OTHER_CONCURRENCY = 10
 """The handlers' slots when one runs in a thread (a thread per slot)."""
-MAX_CLAIM_BATCH = 250
+MAX_CLAIM_BATCH = {"postgres": 500, "sqlite": 250}
+"""The largest derived claim batch, by backend."""
 MANY_SLOTS = 200
 
 
@@ -48,7 +52,7 @@ class Tuning:
     """The names of the values derived here (the rest were set)."""
 
     def describe(self) -> str:
-        """``concurrency 1000 (derived), claim batch 250 (derived), ...`` for the start line."""
+        """``concurrency 1000 (derived), claim batch 500 (derived), ...`` for the start line."""
         parts = []
         for name, label in (
             ("concurrency", "concurrency"),
@@ -91,8 +95,8 @@ def tune(
         claims_in_flight = 4 if many else 2
         derived.add("claims_in_flight")
     if claim_batch is None:
-        share = -(-concurrency // claims_in_flight)
-        claim_batch = max(1, min(MAX_CLAIM_BATCH, share))
+        share = -(-concurrency // min(claims_in_flight, 2))
+        claim_batch = max(1, min(MAX_CLAIM_BATCH.get(backend, 250), share))
         derived.add("claim_batch")
     if flushes_in_flight is None:
         flushes_in_flight = claims_in_flight
