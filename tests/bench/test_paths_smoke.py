@@ -86,3 +86,24 @@ def test_paths_and_floor_report_their_figures(bench_db: str, tmp_path: Path) -> 
         ("floor", "drain / floor"),
     } <= targets
     assert "| floor | floor program" in done.stdout
+
+
+def test_a_floor_too_small_for_its_claim_batch_fails_saying_so(
+    bench_db: str, tmp_path: Path
+) -> None:
+    """The floor takes one claim batch through the public API for its statements' parameters:
+    an N under two batches would leave it nothing to time, so it fails naming the N to give,
+    rather than reporting a rate of nothing."""
+    out = tmp_path / "results"
+    done = subprocess.run(
+        [sys.executable, "-m", "agentqueue.cli", "bench", "floor", "--n", "600",
+         "--pg", bench_db, "--out", str(out), "--no-progress", "--no-peers"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode != 0
+    [error] = json.loads((out / "results.json").read_text())["errors"]
+    assert "floor: N=600 is under two claim batches (500 each" in error
+    assert "give --n 1000 or more" in error

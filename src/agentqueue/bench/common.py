@@ -85,6 +85,9 @@ class Sizes:
                 metrics_tasks=10_000,
                 metrics_scrapes=20,
                 scaling_n=min(n, 240),
+                # Claims of 100 (half the slots): the floor takes one batch for its parameters
+                # and still has several to time out of the smoke's few hundred tasks.
+                drain_concurrency=200,
                 idle_secs=2.0,
                 busy_n=n,
                 settle_secs=0.3,

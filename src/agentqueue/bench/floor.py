@@ -195,6 +195,13 @@ async def run(ctx: BenchContext) -> dict[str, Any]:
         flushes_in_flight=DRAIN_SETTINGS.worker.flushes_in_flight,
     )
     claims, flushes, batch = tuning.claims_in_flight, tuning.flushes_in_flight, tuning.claim_batch
+    if n < 2 * batch:
+        # One batch goes through the public API for the statements' parameters: fewer tasks
+        # would leave the floor nothing (or less than a batch) to time.
+        raise ValueError(
+            f"floor: N={n:,} is under two claim batches ({batch} each, derived from the "
+            f"drain's concurrency {ctx.sizes.drain_concurrency}); give --n {2 * batch} or more"
+        )
     ctx.progress.step("floor: the claim and complete statements alone")
     url, _ = await preload_fresh(ctx, "postgresql", n)
     queue = AsyncQueue(url, actor="bench")
