@@ -21,6 +21,7 @@ from typing import Any
 
 from ..domain.states import TaskState
 from ..queue import AsyncQueue
+from ..worker.tuning import ASYNC_CONCURRENCY
 from .common import (
     BACKENDS,
     Backend,
@@ -38,7 +39,7 @@ from .drain import describe, drain_preloaded, preload_fresh
 from .latency import WORKER_CONCURRENCY, admit_trail, measure
 
 NAME = "admission"
-MAX_ACTIVE = 2000
+MAX_ACTIVE = 2 * ASYNC_CONCURRENCY
 """Twice the drain's concurrency: a cap one worker's slots (with outcomes not yet written,
 whose tasks still count as executing) never reach, so the pass measures what admitting costs,
 not the cap holding the worker back."""

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from ..worker.tuning import ASYNC_CONCURRENCY
+
 Backend = Literal["postgresql", "sqlite"]
 BACKENDS: tuple[Backend, ...] = ("postgresql", "sqlite")
 SYSTEMS = {"postgresql": "agentqueue (PostgreSQL)", "sqlite": "agentqueue (SQLite)"}
@@ -39,7 +41,8 @@ class Sizes:
     scaling_workers: tuple[int, ...] = (1, 2, 4)
     scaling_concurrency: int = 16
     scaling_sleep_secs: float = 0.02
-    drain_concurrency: int = 1000
+    drain_concurrency: int = ASYNC_CONCURRENCY
+    """A drain worker's slots: what an `agentqueue worker` with async handlers derives."""
     idle_secs: float = 20.0
     busy_n: int = 20_000
     settle_secs: float = 1.0

@@ -96,7 +96,7 @@ def tune(
         derived.add("claims_in_flight")
     if claim_batch is None:
         share = -(-concurrency // min(claims_in_flight, 2))
-        claim_batch = max(1, min(MAX_CLAIM_BATCH.get(backend, 250), share))
+        claim_batch = max(1, min(MAX_CLAIM_BATCH[backend], share))
         derived.add("claim_batch")
     if flushes_in_flight is None:
         flushes_in_flight = claims_in_flight

@@ -66,13 +66,14 @@ RETURNING *
 -- chosen here (the best of the queued ones it can take, which they now are among).
 WITH room(n) AS (
     SELECT CASE
+        -- Several tenants wait iff one sorts before the last (as admission_room reads it).
         WHEN :one_tenant AND (
             SELECT tenant FROM aq_tasks INDEXED BY aq_tasks_pending_tenant
-            WHERE state = 'pending' ORDER BY tenant LIMIT 1
-        ) IS NOT (
-            SELECT tenant FROM aq_tasks INDEXED BY aq_tasks_pending_tenant
-            WHERE state = 'pending' ORDER BY tenant DESC LIMIT 1
-        ) THEN 0
+            WHERE state = 'pending' AND tenant < (
+                SELECT tenant FROM aq_tasks INDEXED BY aq_tasks_pending_tenant
+                WHERE state = 'pending' ORDER BY tenant DESC LIMIT 1)
+            ORDER BY tenant DESC LIMIT 1
+        ) IS NOT NULL THEN 0
         ELSE max(0, min(:limit, :max_active
             - (SELECT count(*) FROM aq_tasks WHERE state IN ('queued', 'executing'))))
     END
