@@ -24,7 +24,12 @@ def _work(
     try:
         q.open()
         barrier.wait(timeout=120)
-        while tasks := q.claim(batch, worker):
+        tasks = q.claim(batch, worker)
+        # Every process holds its first batch before any takes a second: SQLite's lock is not
+        # fair, and on a busy machine one process could otherwise sleep in its busy handler
+        # while the others drain the queue, so the race would have fewer parties than it says.
+        barrier.wait(timeout=120)
+        while tasks:
             claimed.extend(str(t.id) for t in tasks)
             for t in tasks:
                 if t.state is not TaskState.EXECUTING or t.assigned_to != worker:
@@ -43,6 +48,7 @@ def _work(
                 refused = [str(r) for r in done.values() if not isinstance(r, Task)]
                 if refused:
                     raise AssertionError(f"refused: {refused[:3]}")
+            tasks = q.claim(batch, worker)
     except BaseException:
         barrier.abort()  # the others stop waiting at once
         raise
