@@ -14,5 +14,6 @@ queue = AsyncQueue(os.environ.get("AGENTQUEUE_DB"))
 
 @queue.handler("heap")
 async def heap(task: Task, ctx: TaskContext) -> Any:
-    """How many objects the process has frozen out of the collector's reach."""
-    return {"frozen": gc.get_freeze_count()}
+    """How many objects the process has frozen out of the collector's reach, and how often its
+    collector runs."""
+    return {"frozen": gc.get_freeze_count(), "threshold": list(gc.get_threshold())}
