@@ -105,7 +105,9 @@ class Dialect(Protocol):
         ...
 
     def write(self, *, renewal: bool = False) -> AbstractAsyncContextManager[Session]:
-        """A session for one write, committed when the context ends; ``renewal`` marks a write
+        """A session for writes that need no transaction around them: each statement (with its
+        follow-ups) commits by itself, in one hop or round trip. Work on its answer belongs after
+        the context, which may hold the file's one writer (SQLite). ``renewal`` marks a write
         that is only bookkeeping (a lease renewal, a worker's presence)."""
         ...
 

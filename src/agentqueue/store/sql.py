@@ -127,12 +127,15 @@ class SQLStore(QueryOps):
                 claimed = await tx.claim_next(params)
             return claimed.result()
         async with self._d.write() as s:
-            return await self._claim(s, params, self._d.orders_in_sql)
+            table = await s.fetch_table("claim", self._claim_values(params))
+        # Decoded once written: SQLite's one writer is free for the next write meanwhile.
+        return self._claimed(table, params, self._d.orders_in_sql)
 
     async def admit(self, params: AdmitParams) -> list[UUID]:
         """Pick, lock, update, record events and notify for the batch."""
         async with self._d.write() as s:
-            return await self._admit(s, params, self._d.orders_in_sql)
+            rows = await s.fetch("admit", self._admit_values(params))
+        return self._admitted(rows, params, self._d.orders_in_sql)
 
     async def complete(
         self,

@@ -99,10 +99,6 @@ class QueryOps:
             )
         return tasks
 
-    async def _claim(self, s: Session, p: ClaimParams, orders_in_sql: bool) -> list[Task]:
-        table = await s.fetch_table("claim", self._claim_values(p))
-        return self._claimed(table, p, orders_in_sql)
-
     def _admit_values(self, p: AdmitParams) -> dict[str, Any]:
         params = self._p(
             paused=list(p.paused),
@@ -124,10 +120,6 @@ class QueryOps:
                 )
             )
         return [self.codec.uuid(row["id"]) for row in rows]
-
-    async def _admit(self, s: Session, p: AdmitParams, orders_in_sql: bool) -> list[UUID]:
-        rows = await s.fetch("admit", self._admit_values(p))
-        return self._admitted(rows, p, orders_in_sql)
 
 
 class SQLTx(QueryOps):

@@ -1,0 +1,86 @@
+"""A write on SQLite (``SQLiteDialect.write``: claims, completions, inserts, lease renewals) is
+one hand-over to the writer connection's thread, BEGIN, the statement and COMMIT together, and
+each of its statements commits by itself, as on PostgreSQL: the file's one write lock is never
+held while the event loop and the thread hand over, and a claim's rows are decoded after the
+lock is free."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentqueue import AsyncQueue, TaskState
+from agentqueue.domain.states import Action, bulk_event
+from agentqueue.store.errors import StoreError
+
+
+@pytest.fixture
+async def queue(tmp_path: Path) -> AsyncIterator[AsyncQueue]:
+    async with AsyncQueue(f"sqlite:///{tmp_path / 'q.db'}") as q:
+        yield q
+
+
+def _count_hand_overs(queue: AsyncQueue) -> list[int]:
+    """Counts every call of the writer connection's thread from now on."""
+    writer = queue.store._d._writer  # type: ignore[attr-defined]
+    real = writer.run
+    calls = [0]
+
+    async def run(fn: Callable[[Any], Any]) -> Any:
+        calls[0] += 1
+        return await real(fn)
+
+    writer.run = run
+    return calls
+
+
+async def test_a_claim_and_a_completion_are_one_hand_over_each(queue: AsyncQueue) -> None:
+    await queue.submit_many({"title": f"t{i}", "task_type": "docs"} for i in range(10))
+    calls = _count_hand_overs(queue)
+    claimed = await queue.claim(5, "w")
+    assert len(claimed) == 5 and calls[0] == 1
+    first = claimed[0]
+    assert first.lock_token is not None
+    # The set-wise completion a worker's outcome batch makes.
+    now = datetime.now(UTC)
+    heads = await queue.store.complete(
+        [(first.id, first.lock_token, {"ok": True})], now, bulk_event(Action.COMPLETE, now, "w")
+    )
+    assert list(heads) == [first.id] and calls[0] == 2
+    # Both committed: another connection (the reader) sees them.
+    states = {t.id: t.state for t in await queue.store.get_tasks([t.id for t in claimed])}
+    assert states[first.id] is TaskState.COMPLETED
+    assert [states[t.id] for t in claimed[1:]] == [TaskState.EXECUTING] * 4
+    assert (await queue.verify()).ok
+
+
+async def test_each_statement_of_a_write_commits_by_itself(queue: AsyncQueue) -> None:
+    store = queue.store
+    d = store._d  # type: ignore[attr-defined]
+    now = datetime.now(UTC)
+    before = store.commits
+    with pytest.raises(StoreError):
+        async with d.write() as s:
+            await s.execute("record_worker", d.codec.params(name="w1", slots=4, busy=1, now=now))
+            # A statement the database refuses (a parameter it names is missing).
+            await s.execute("record_worker", d.codec.params(name="w2", now=now))
+    # The first statement was committed on its own, the second rolled back whole.
+    assert store.commits == before + 1
+    assert _worker_names(queue) == ["w1"]
+    # The connection is outside any transaction: the next write goes through.
+    await store.record_worker("w3", 1, 0, now)
+    assert _worker_names(queue) == ["w1", "w3"]
+
+
+def _worker_names(queue: AsyncQueue) -> list[str]:
+    """The workers recorded, read on a connection of its own."""
+    conn = sqlite3.connect(queue.store._d.path)  # type: ignore[attr-defined]
+    try:
+        return [r[0] for r in conn.execute("SELECT name FROM aq_workers ORDER BY name")]
+    finally:
+        conn.close()
