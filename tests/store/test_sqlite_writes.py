@@ -1,8 +1,7 @@
 """A write on SQLite (``SQLiteDialect.write``: claims, completions, inserts, lease renewals) is
 one hand-over to the writer connection's thread, BEGIN, the statement and COMMIT together, and
 each of its statements commits by itself, as on PostgreSQL: the file's one write lock is never
-held while the event loop and the thread hand over, and a claim's rows are decoded after the
-lock is free."""
+held while the event loop and the thread hand over."""
 
 from __future__ import annotations
 

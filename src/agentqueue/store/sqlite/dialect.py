@@ -330,23 +330,33 @@ class SQLiteDialect:
             yield _WriteSession(self, renewal)
 
     async def _commit_one(self, fn: Callable[[sqlite3.Connection], T], renewal: bool) -> T:
-        """Run ``fn`` (a whole transaction, see _committed) in the writer's thread and count
-        its commit. It runs to its end even if the awaiting task is cancelled, so the count
-        waits for it then too."""
+        """Run ``fn`` (a whole transaction, see _committed) in the writer's thread, seen
+        through, and count its commit."""
+        committed: list[bool] = []
+
+        def run(c: sqlite3.Connection) -> T:
+            out = fn(c)
+            committed.append(True)  # read on the loop once the hop has ended
+            return out
+
         # As in transaction: listeners leave a change they see meanwhile for their next look.
         self._committing = True
+        try:
+            return await self._through(run)
+        finally:
+            if committed:
+                self._count_commit(renewal)
+            self._committing = False
+
+    async def _through(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """``fn`` in the writer's thread, seen through: a hop handed to the thread runs to its
+        end even if the awaiting task is cancelled, so the cancel waits for that end."""
         job = asyncio.ensure_future(self._writer.run(fn))
         try:
-            try:
-                out = await asyncio.shield(job)
-            except asyncio.CancelledError:
-                if await _settle(job):
-                    self._count_commit(renewal)
-                raise
-            self._count_commit(renewal)
-            return out
-        finally:
-            self._committing = False
+            return await asyncio.shield(job)
+        except asyncio.CancelledError:
+            await _settle(job)
+            raise
 
     def _count_commit(self, renewal: bool) -> None:
         self._own_commits += 1
@@ -385,12 +395,7 @@ class SQLiteDialect:
                 self._committing = False
 
     async def _end(self, statement: str) -> None:
-        job = asyncio.ensure_future(self._writer.run(lambda c: c.execute(statement)))
-        try:
-            await asyncio.shield(job)
-        except asyncio.CancelledError:
-            await _settle(job)
-            raise
+        await self._through(lambda c: c.execute(statement))
 
     @asynccontextmanager
     async def listen(self, channels: Sequence[str]) -> AsyncIterator[AsyncIterator[Notice]]:
