@@ -9,7 +9,9 @@ preload (migrations included) and the worker both run with that tree first on PY
 each variant gets its own schema and code. ``LABEL=SRC+SQL`` also runs the file SQL after the
 preload (before ANALYZE), for trying a schema change without a migration; ``LABEL=SRC@TOML``
 runs the preload and the worker with that configuration file (``AGENTQUEUE_CONFIG``), for
-comparing the drain under admission limits or with agents configured against the default::
+comparing the drain under admission limits or with agents configured against the default.
+``--sqlite FILE`` drains a SQLite file instead (recreated for each run; no ANALYZE, as the drain
+benchmark runs SQLite; no server CPU beside the worker's, whose process does SQLite's work)::
 
     .venv/bin/python benchmarks/drain_ab.py --n 20000 --rounds 3 \\
         --variant A=/tmp/base/src --variant B=src
@@ -27,8 +29,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import signal
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -39,21 +43,53 @@ APP = "agentqueue.bench.noop_app:queue"
 HERE = Path(__file__).resolve()
 
 
+def _sqlite_path(url: str) -> Path | None:
+    """The file of a ``sqlite:///`` URL (None for PostgreSQL)."""
+    return Path(url.removeprefix("sqlite://")[1:]) if url.startswith("sqlite:") else None
+
+
+def _remove_sqlite(path: Path) -> None:
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+
+
+def _sqlite_clock(path: Path) -> tuple[int, float | None, float | None]:
+    """As _clock, from a SQLite file (its times are integer microseconds)."""
+    with contextlib.closing(sqlite3.connect(path, timeout=30)) as conn:
+        (done,) = conn.execute("SELECT count(*) FROM aq_tasks WHERE state = 'completed'").fetchone()
+        first, last = conn.execute(
+            "SELECT min(started_at), max(CASE WHEN state = 'completed' THEN finished_at END)"
+            " FROM aq_tasks"
+        ).fetchone()
+    return int(done), None if first is None else first / 1e6, None if last is None else last / 1e6
+
+
 async def _prepare(url: str, n: int, extra_sql: str | None) -> None:
-    """A fresh database at ``url``: migrated, preloaded with ``n`` no-op tasks, analyzed."""
+    """A fresh database at ``url``: migrated, preloaded with ``n`` no-op tasks, analyzed
+    (PostgreSQL; SQLite gathers no statistics by itself, and the drain benchmark gives it
+    none)."""
     from agentqueue.bench.common import NOOP
     from agentqueue.bench.db import preload
     from agentqueue.queue import AsyncQueue
     from agentqueue.store.admin import drop_database, ensure_database, execute
 
-    await drop_database(url)
-    await ensure_database(url)
+    path = _sqlite_path(url)
+    if path is None:
+        await drop_database(url)
+        await ensure_database(url)
+    else:
+        _remove_sqlite(path)
     queue = AsyncQueue(url, actor="bench")
     try:
         await queue.open()
         await preload(queue, n, NOOP)
     finally:
         await queue.close()
+    if path is not None:
+        if extra_sql:
+            with contextlib.closing(sqlite3.connect(path)) as conn:
+                conn.executescript(extra_sql)
+        return
     if extra_sql:
         await execute(url, extra_sql)
     await execute(url, "ANALYZE")
@@ -62,6 +98,9 @@ async def _prepare(url: str, n: int, extra_sql: str | None) -> None:
 async def _clock(url: str) -> tuple[int, float | None, float | None]:
     from agentqueue.store.admin import scalar
 
+    path = _sqlite_path(url)
+    if path is not None:
+        return _sqlite_clock(path)
     done = await scalar(url, "SELECT count(*) FROM aq_tasks WHERE state = 'completed'")
     first = await scalar(url, "SELECT extract(epoch FROM min(started_at)) FROM aq_tasks")
     last = await scalar(
@@ -71,8 +110,12 @@ async def _clock(url: str) -> tuple[int, float | None, float | None]:
 
 
 async def _backends(url: str) -> list[int]:
-    """The server processes of the other connections to the database (the worker's)."""
+    """The server processes of the other connections to the database (the worker's; none for
+    SQLite, whose work is the worker process's own)."""
     from agentqueue.store.admin import scalar
+
+    if _sqlite_path(url) is not None:
+        return []
 
     pids = await scalar(
         url,
@@ -164,6 +207,12 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--pg", default="postgresql://postgres@127.0.0.1:5432/aq_drain_ab")
+    parser.add_argument(
+        "--sqlite",
+        metavar="FILE",
+        help="drain a SQLite file instead of PostgreSQL (recreated each run; its CPU is the"
+        " worker's own)",
+    )
     parser.add_argument("--prepare", help=argparse.SUPPRESS)
     parser.add_argument("--extra-sql", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -180,10 +229,16 @@ def main() -> None:
     if len(variants) < 2:
         parser.error("give at least two --variant")
     results: dict[str, list[dict[str, object]]] = {v[0]: [] for v in variants}
-    print(f"N={args.n:,}, {args.rounds} rounds, PostgreSQL {args.pg}")
+    url = f"sqlite:///{Path(args.sqlite).resolve()}" if args.sqlite else args.pg
+    print(f"N={args.n:,}, {args.rounds} rounds, {'SQLite' if args.sqlite else 'PostgreSQL'} {url}")
+
+    def server(us: float, unit: str = "us") -> str:
+        """PostgreSQL's share beside the worker's (SQLite's work is the worker process's)."""
+        return "" if args.sqlite else f", PostgreSQL {us:.{2 if unit == 'x' else 0}f} {unit}"
+
     for r in range(args.rounds):
         for label, src, sql, config in variants:
-            res = run_one(label, src, sql, config, args.pg, args.n)
+            res = run_one(label, src, sql, config, url, args.n)
             results[label].append(res)
             per_s = res.get("per_s")
             c2d = res.get("claim_to_done_per_s")
@@ -191,7 +246,7 @@ def main() -> None:
                 "failed"
                 if per_s is None
                 else f"{per_s:,.0f}/s (claim to done {c2d:,.0f}/s), CPU per task: worker "
-                f"{res['worker_us']:.0f} us, PostgreSQL {res['db_us']:.0f} us"
+                f"{res['worker_us']:.0f} us{server(float(res['db_us']))}"  # type: ignore[arg-type]
             )
             print(
                 f"round {r + 1} {label}: {shown}, load {res['load']:.2f}",
@@ -208,7 +263,7 @@ def main() -> None:
             m = medians[label]
             print(
                 f"{label}: median {m[0]:,.0f}/s (claim to done {m[1]:,.0f}/s), CPU per task:"
-                f" worker {m[2]:.0f} us, PostgreSQL {m[3]:.0f} us, over {len(rates)} runs"
+                f" worker {m[2]:.0f} us{server(m[3])}, over {len(rates)} runs"
             )
     first = variants[0][0]
     for label in list(medians)[1:]:
@@ -216,8 +271,8 @@ def main() -> None:
             a, b = medians[first], medians[label]
             print(
                 f"{label}/{first}: rate {b[0] / a[0]:.2f}x (claim to done {b[1] / a[1]:.2f}x);"
-                f" CPU per task: worker {b[2] / a[2]:.2f}x, PostgreSQL"
-                f" {b[3] / a[3] if a[3] else float('nan'):.2f}x"
+                f" CPU per task: worker {b[2] / a[2]:.2f}x"
+                f"{server(b[3] / a[3] if a[3] else float('nan'), 'x')}"
             )
     print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
