@@ -212,7 +212,8 @@ async def test_an_admission_that_claims_announces_only_what_it_leaves_queued(
 ) -> None:
     """An admission whose worker claims in it sends no notice of its own admissions: one that
     claims all it admitted announces nothing (the next notice heard is a later marker), and
-    one that leaves some queued announces them once, after its claims."""
+    one that leaves some queued announces them once, after its claims, as news for the
+    executors of what it admitted (here routed to no agent: the handlers')."""
     await _pending(pg_url, 2)
     # A cap and a rate limit: the planner admits (a cap alone leaves it to the claims).
     rt = Runtime(store, PLANNED)
@@ -235,7 +236,8 @@ async def test_an_admission_that_claims_announces_only_what_it_leaves_queued(
         await asyncio.sleep(0)
         room[0] = 1
         assert len(await admit_limited(rt, 10, hand_over)) == 2  # one left queued
-        assert (await asyncio.wait_for(heard, timeout=10)).channel == CHANNEL_QUEUED
+        notice = await asyncio.wait_for(heard, timeout=10)
+        assert (notice.channel, notice.payload) == (CHANNEL_QUEUED, "to:*")
     assert await store.count_by_state() == {TaskState.EXECUTING: 3, TaskState.QUEUED: 1}
 
 

@@ -365,8 +365,9 @@ async def _admit_once(
             admitting = await _admit_in(tx, rt, policy, now, limit, paused, claiming)
             if admitting is not None and hand_over is not None:
                 after = await hand_over(tx, now, admitting.agents)
-                # The admission announced nothing: workers hear of what its claims left.
-                await tx.notify_queued()
+                # The admission announced nothing: workers hear of what its claims left, the
+                # executors of the agents it admitted to only.
+                await tx.notify_queued(admitting.agents)
         committed = True
     finally:
         if after is not None:

@@ -133,14 +133,17 @@ async def tick(
     anything else, so the new work waits for no other step; ``on_admitted`` is called as soon as
     an admission has committed (a worker's claimer, in the same process, need not wait for the
     rest of the pass nor for the notice); ``hand_over`` claims for that worker inside an
-    admission under limits."""
+    admission under limits, and then tells its executors itself (only those of the agents the
+    admission routed to: the others would claim nothing), so ``on_admitted`` is not called."""
+    handed_over = hand_over is not None and rt.settings.admission_limited
+    woken = None if handed_over else on_admitted
     admitted = await admit(rt, ADMIT_BATCH, hand_over) if admit_first else []
     if hand_over is not None and admit_first:
         # The attempts the admission's claims started take the event loop first: the rest of
         # the pass (the claimer's wake-up, the next reads) is not on their dispatch path.
         await asyncio.sleep(0)
-    if admitted and on_admitted is not None:
-        on_admitted()
+    if admitted and woken is not None:
+        woken()
     if len(admitted) == ADMIT_BATCH:
         return TickReport(0, 0, len(admitted), True)
     hints = await rt.store.work_hints(rt.clock.now())
@@ -152,8 +155,8 @@ async def tick(
     released = deps.released if deps else 0
     if (hints.admissible and not admit_first) or retried or released:
         later = await admit(rt, ADMIT_BATCH, hand_over)
-        if later and on_admitted is not None:
-            on_admitted()
+        if later and woken is not None:
+            woken()
         admitted += later
     return TickReport(
         len(reclaimed),

@@ -7,7 +7,7 @@ change together with its audit event in one transaction.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
@@ -132,6 +132,30 @@ CHANNEL_CHANGED = "aq_changed"  # something changed (stores without push notific
 CHANNEL_TOOLS = "aq_tools"  # tasks began waiting on tools: tool runners may take the calls
 CHANNEL_OUTBOX = "aq_outbox"  # deliveries were stored: deliverers may send them
 CHANNELS = (CHANNEL_PENDING, CHANNEL_QUEUED, CHANNEL_REVOKED, CHANNEL_TOOLS, CHANNEL_OUTBOX)
+
+ROUTED = "to:"
+"""A CHANNEL_QUEUED payload that names whose work was queued: ``to:`` and the agents the tasks
+were routed to, by commas, ``*`` for tasks routed to no agent (names never hold ``,`` or
+``*``). Any other payload is news for every executor (``p0``: a P0 task among it)."""
+NO_AGENT = "*"
+MAX_PAYLOAD = 7_000
+"""Below PostgreSQL's 8,000 bytes of a notice: a longer list is sent as news for everyone."""
+
+
+def routed_payload(agents: Iterable[str | None]) -> str:
+    """The CHANNEL_QUEUED payload of work routed to ``agents`` (None: to no agent); news for
+    every executor (``""``) when there are none or too many to name."""
+    names = sorted({NO_AGENT if a is None else a for a in agents})
+    payload = ROUTED + ",".join(names)
+    return payload if names and len(payload) <= MAX_PAYLOAD else ""
+
+
+def routed_to(payload: str) -> frozenset[str | None] | None:
+    """The agents a CHANNEL_QUEUED payload names (None among them: routed to no agent), or
+    None when it is news for every executor."""
+    if not payload.startswith(ROUTED) or len(payload) == len(ROUTED):
+        return None
+    return frozenset(None if a == NO_AGENT else a for a in payload[len(ROUTED) :].split(","))
 
 
 @dataclass(frozen=True)
@@ -579,10 +603,11 @@ class AdmissionTx(Protocol):
         ``notify`` is false (then notify_queued announces what is left queued)."""
         ...
 
-    async def notify_queued(self) -> None:
+    async def notify_queued(self, agents: Iterable[str | None]) -> None:
         """Announce CHANNEL_QUEUED at commit if any task is queued then ('p0' if a P0 task
         is), sent later: after the claims of an admission that claimed, so that workers hear
-        of what it left queued and not of what it claimed itself."""
+        of what it left queued and not of what it claimed itself. ``agents`` are those it
+        admitted tasks to (None: to no agent): the news is theirs (routed_payload)."""
         ...
 
     async def note_waiting(self, reasons: Mapping[UUID, str], until: datetime) -> None:

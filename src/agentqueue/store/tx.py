@@ -3,7 +3,7 @@ session."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 from uuid import UUID, uuid4
@@ -28,6 +28,7 @@ from .base import (
     NewTask,
     OutboxRow,
     Purge,
+    routed_payload,
 )
 from .dialect import Dialect, Session
 from .rows import (
@@ -246,9 +247,9 @@ class SQLTx(QueryOps):
 
         return rows.map(admitted)
 
-    async def notify_queued(self) -> None:
+    async def notify_queued(self, agents: Iterable[str | None]) -> None:
         """Announce queued work at commit if any task is queued; sent later."""
-        await self._s.fetch_later("notify_queued")
+        await self._s.fetch_later("notify_queued", {"to": routed_payload(agents)})
 
     async def note_waiting(self, reasons: Mapping[UUID, str], until: datetime) -> None:
         """One statement for all."""

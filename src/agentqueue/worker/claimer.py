@@ -11,6 +11,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import KW_ONLY, dataclass, field
 from uuid import UUID
 
@@ -30,6 +31,12 @@ ClaimLater = Callable[[int, Sequence[str], Sequence[str]], Awaitable[Later[list[
 """The same inside an admission's transaction: the claimed tasks arrive with its commit."""
 Start = Callable[[Task, Executor, float], None]
 """Start running a claimed task (given when its claim was sent, ``time.monotonic()``)."""
+
+
+def serves(executor: Executor, agents: AbstractSet[str | None]) -> bool:
+    """Whether ``executor`` can run work routed to ``agents`` (None: to no agent, which the
+    handlers run): an agent's executor is named after it."""
+    return executor.name in agents or (None in agents and not executor.agents)
 
 
 # A part of the worker: its fields are what it is given (kw-only from ``concurrency`` on); it
@@ -76,9 +83,16 @@ class Claimer:
         """Claims under way."""
         return self._claiming
 
-    def work_arrived(self) -> None:
-        """News of queued work: every executor may claim again."""
-        self._empty.clear()
+    def work_arrived(self, agents: AbstractSet[str | None] | None = None) -> None:
+        """News of queued work: every executor may claim again, or, when the news says the
+        work was routed to ``agents`` (None among them: to no agent), the executors that can
+        take it (an executor of other agents would claim nothing, after a walk over the queue)."""
+        if agents is None:
+            self._empty.clear()
+            return
+        for executor in self.executors:
+            if serves(executor, agents):
+                self._empty.discard(executor.name)
 
     def _free(self, executor: Executor) -> int:
         """Slots ``executor`` may claim for now: its own, within the worker's, up to a batch."""
@@ -154,7 +168,7 @@ class Claimer:
         held: list[tuple[Executor, int, Later[list[Task]] | None]] = []
         try:
             for executor in self.executors:
-                if not (executor.name in agents or (None in agents and not executor.agents)):
+                if not serves(executor, agents):
                     continue
                 free = self._free(executor)
                 if free <= 0:
@@ -174,6 +188,10 @@ class Claimer:
                 if committed and claimed is not None:
                     # The claim went with the admission's COMMIT: its answer is here.
                     self._begin(executor, claimed.result(), sent)
+            if committed:
+                # What the claims left queued is for these executors alone (its notice says so
+                # to every worker): they claim again as their slots free up.
+                self.work_arrived(agents)
             if committed and held:
                 self.on_claimed()
 

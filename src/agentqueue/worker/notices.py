@@ -2,7 +2,8 @@
 
 A revocation stops the attempts it names; news of stored deliveries wakes the deliverer; news
 of tool calls wakes the tool runner; news of queued work wakes the claimer (a queued P0 task may
-also preempt), and so does news of pending work when claims admit (a global cap alone); anything
+also preempt; news that names the agents the work was routed to wakes only their executors), and
+so does news of pending work when claims admit (a global cap alone); anything
 else wakes the embedded scheduler. A bare "something changed" notice (SQLite) is checked with
 one read before claiming (and before delivering). The claimer's slow poll covers a listener
 that drops.
@@ -27,6 +28,7 @@ from ..store.base import (
     Notice,
     Store,
     WorkHints,
+    routed_to,
 )
 from ..supervise import Supervisor
 from ..wakeups import follow
@@ -44,6 +46,9 @@ class Wakeups:
     p0: Callable[[], None]
     scheduler: Callable[[], None]
     deliveries: Callable[[], None] = lambda: None
+    routed: Callable[[frozenset[str | None]], None] | None = None
+    """News of queued work routed to these agents (None: to no agent) only; without it, such
+    news is ``work`` (everyone's)."""
 
 
 class NoticeRouter:
@@ -102,6 +107,12 @@ class NoticeRouter:
             self._probe_again = True
             if self._probe is None or self._probe.done():
                 self._probe = self.jobs.start(self._probe_queued(), "agentqueue-probe")
+        elif channel == CHANNEL_QUEUED:
+            agents = routed_to(notice.payload)
+            if agents is not None and self.wake.routed is not None:
+                self.wake.routed(agents)  # only their executors can claim it
+            else:
+                self.wake.work()
         elif channel != CHANNEL_PENDING or self.pending_is_work:
             self.wake.work()
 

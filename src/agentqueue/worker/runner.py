@@ -210,6 +210,7 @@ class Worker:
                 revoke=self.lease_keeper.revoke,
                 tools=self.tool_runner.wake.set,
                 work=self._work_arrived,
+                routed=self._routed_work_arrived,
                 p0=self.preemptor.p0_queued,
                 scheduler=self._scheduler_wake,
                 deliveries=self._deliveries_wake,
@@ -540,6 +541,10 @@ class Worker:
 
     def _work_arrived(self) -> None:
         self.claimer.work_arrived()
+        self._wake.set()
+
+    def _routed_work_arrived(self, agents: frozenset[str | None]) -> None:
+        self.claimer.work_arrived(agents)
         self._wake.set()
 
     # --- shutdown -----------------------------------------------------------------------------

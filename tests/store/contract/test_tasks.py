@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from agentqueue import ManualClock
-from agentqueue.domain.models import LogRecord
+from agentqueue.domain.models import LogRecord, Task
 from agentqueue.domain.states import Action, Request, TaskState, bulk_event
 from agentqueue.scheduler.steps import reclaim_lapsed
 from agentqueue.service.runtime import Runtime
@@ -25,6 +25,7 @@ from agentqueue.store.base import (
     CHANNEL_QUEUED,
     Notice,
     WorkHints,
+    routed_to,
 )
 
 from .conftest import (
@@ -674,28 +675,62 @@ async def test_hot_writes_wake_the_listeners_they_promise(
 async def test_notify_queued_announces_queued_work_and_nothing_else(
     store: Store, rt: Runtime, clock: ManualClock
 ) -> None:
-    """Tx.notify_queued announces CHANNEL_QUEUED at commit while some task is queued ('p0'
-    while a P0 task is), and nothing while none is: the next notice heard is a later marker.
-    Without push notifications it sends nothing (listeners see commits)."""
+    """Tx.notify_queued announces CHANNEL_QUEUED at commit while some task is queued, as
+    news for the executors of the agents it is given (None: routed to no agent), or 'p0' while
+    a P0 task is queued (everyone's news), and nothing while none is: the next notice heard is
+    a later marker. Without push notifications it sends nothing (listeners see commits)."""
     if not store.push_notifications:
         async with store.transaction() as tx:
-            await tx.notify_queued()
+            await tx.notify_queued([None])
         return
     async with store.listen([CHANNEL_QUEUED]) as notices:
         first = asyncio.ensure_future(anext(notices))
         await asyncio.sleep(0)
         async with store.transaction() as tx:
-            await tx.notify_queued()  # nothing queued
+            await tx.notify_queued([None])  # nothing queued
         await store.notify(CHANNEL_QUEUED, "marker")
         assert (await asyncio.wait_for(first, timeout=10)).payload == "marker"
         await insert(rt, admitted=True)  # its own notice, then ours
         async with store.transaction() as tx:
-            await tx.notify_queued()
+            await tx.notify_queued(["a1", None])
         await insert(rt, admitted=True, priority=0, idempotency_key="urgent")
         async with store.transaction() as tx:
-            await tx.notify_queued()
+            await tx.notify_queued(["a1"])
         heard = [await asyncio.wait_for(anext(notices), timeout=10) for _ in range(4)]
-    assert [n.payload for n in heard] == ["", "", "p0", "p0"]
+    assert [n.payload for n in heard] == ["", "to:*,a1", "p0", "p0"]
+    assert routed_to(heard[1].payload) == {None, "a1"}
+
+
+async def test_admit_ids_announces_its_work_to_the_agent_it_routed_to(
+    store: Store, rt: Runtime, clock: ManualClock
+) -> None:
+    """Tx.admit_ids, announcing (``notify``), tells at commit whose work it queued: news for the
+    executors of the agent it routed the tasks to ('*' for none), and 'p0', everyone's news,
+    with a P0 task among them. Without push notifications it sends nothing (listeners see
+    commits) and admits all the same."""
+    first, second = [await insert(rt, title=f"t{i}") for i in range(2)]
+    urgent = await insert(rt, title="t2", priority=0, idempotency_key="urgent")
+    now = clock.now()
+    event = bulk_event(Action.ADMIT, now, "scheduler")
+
+    async def admit_to(task: Task, agent: str | None) -> None:
+        async with store.transaction() as tx:
+            assert await (await tx.admit_ids([task.id], now, event, agent)).get() == [task.id]
+
+    if not store.push_notifications:
+        await admit_to(first, "a1")
+        return
+    async with store.listen([CHANNEL_QUEUED]) as notices:
+        heard = asyncio.ensure_future(anext(notices))
+        await asyncio.sleep(0)
+        await admit_to(first, "a1")
+        payloads = [(await asyncio.wait_for(heard, timeout=10)).payload]
+        await admit_to(second, None)
+        await admit_to(urgent, "a1")
+        payloads += [(await asyncio.wait_for(anext(notices), timeout=10)).payload
+                     for _ in range(2)]  # fmt: skip
+    assert payloads == ["to:a1", "to:*", "p0"]
+    assert [routed_to(p) for p in payloads] == [{"a1"}, {None}, None]
 
 
 async def test_listen_hears_a_commit_made_before_the_first_wait(store: Store, rt: Runtime) -> None:

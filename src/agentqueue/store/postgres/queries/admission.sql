@@ -209,9 +209,11 @@ WITH upd AS (
     ON CONFLICT (writer, tenant, task_type, agent, metric, label)
     DO UPDATE SET n = m.n + EXCLUDED.n, total = m.total + EXCLUDED.total
 ), notified AS (
-    -- Workers hear of it when the transaction commits ('p0' if it has one); with %(notify)s
-    -- false, from notify_queued after the admission's claims instead.
-    SELECT pg_notify('aq_queued', CASE WHEN bool_or(priority = 0) THEN 'p0' ELSE '' END)
+    -- Workers hear of it when the transaction commits: news for the executors of the agent
+    -- (store.base.routed_payload; '*': routed to no agent), 'p0' (everyone) if it has a P0
+    -- task; with %(notify)s false, from notify_queued after the admission's claims instead.
+    SELECT pg_notify('aq_queued', CASE WHEN bool_or(priority = 0) THEN 'p0'
+                                       ELSE 'to:' || coalesce(%(agent)s, '*') END)
     FROM upd HAVING count(*) > 0 AND %(notify)s
 )
 SELECT id, n.sent FROM upd CROSS JOIN (SELECT count(*) AS sent FROM notified) AS n
@@ -228,7 +230,8 @@ WHERE t.id = r.id AND t.state = 'pending'
 -- name: notify_queued
 -- Announce queued work at commit, if any task is queued ('p0' if a P0 task is).
 -- Sent after the claims of an admission that claimed (its ADMIT announced nothing): workers
--- hear of what it admitted and left queued, not of what it claimed itself.
+-- hear of what it admitted and left queued, not of what it claimed itself; %(to)s names whose
+-- work it admitted (store.base.routed_payload), so only their executors claim.
 SELECT pg_notify('aq_queued', CASE WHEN EXISTS (
-    SELECT 1 FROM aq_tasks WHERE state = 'queued' AND priority = 0) THEN 'p0' ELSE '' END)
+    SELECT 1 FROM aq_tasks WHERE state = 'queued' AND priority = 0) THEN 'p0' ELSE %(to)s END)
 WHERE EXISTS (SELECT 1 FROM aq_tasks WHERE state = 'queued')
