@@ -240,3 +240,38 @@ async def test_under_a_cap_alone_a_pending_p0_task_preempts_a_long_running_one(
         finish.set()
         stop.set()
         await asyncio.wait_for(running, 30)
+
+
+async def test_the_first_claims_are_sent_before_waiters_on_started_wake(db_url: str) -> None:
+    """A worker's first claims take their first steps (the store's claim called, so on
+    PostgreSQL the statement on its way) before anything waiting for ``started`` runs: the CLI's
+    freeze of the startup heap (a full collection) and the rest of the start-up's own work go on
+    while the database answers, not ahead of it."""
+    queue = AsyncQueue(db_url, settings=fast_settings())
+
+    @queue.handler("noop")
+    async def noop(task: Task, ctx: TaskContext) -> None:
+        return None
+
+    await queue.submit(title="t", task_type="noop")
+    called: list[str] = []
+    real = queue.store.claim
+
+    async def claim(p: Any) -> Any:
+        called.append("claim")
+        return await real(p)
+
+    queue.store.claim = claim  # type: ignore[method-assign]
+    worker = queue.worker(worker_id="first")
+    seen: list[list[str]] = []
+
+    async def on_started() -> None:
+        await worker.started.wait()
+        seen.append(list(called))
+        worker.stop()
+
+    waiter = asyncio.create_task(on_started())
+    await asyncio.wait_for(worker.run(), 30)
+    await waiter
+    await queue.close()
+    assert seen == [["claim"]]

@@ -324,8 +324,6 @@ class Worker:
         away at start is waited for; a background part that dies raises LoopFailed (after
         the running attempts are released)."""
         await until_reachable(self.queue.open, log, "opening the database")
-        if self._tracing:
-            load_tracing()  # now, not in the first attempt
         store = self.queue.store
         jobs = self.jobs
         loops = {
@@ -366,7 +364,16 @@ class Worker:
             ", ".join(f"{e.name}({','.join(sorted(e.task_types))})" for e in self.executors),
             tuning,
         )
+        # The first claims go out before the rest of the start-up's own work, which then runs
+        # while the database answers them: waiters on ``started`` (the CLI freezes the startup
+        # heap, a full collection; the claims under way are frozen with it and freed as usual
+        # when done) wake after the claims' first steps, and OpenTelemetry's API (imported now,
+        # not in the first attempt's dispatch) after them. The first claim goes out 24 ms
+        # sooner (benchmarks/drain_ab.py); the drain's rate is the same, the work only moved.
+        self.claimer.fill()
         self.started.set()
+        if self._tracing:
+            asyncio.get_running_loop().call_soon(load_tracing)
         try:
             while not self._stopping and jobs.failure is None:
                 self.claimer.fill()
