@@ -229,6 +229,7 @@ class SQLTx(QueryOps):
             return Later.now([])
         params = self._p(
             notify=notify,
+            to=routed_payload([agent]),
             agent=agent,
             ids=self.codec.uuids_param(ids),
             now=now,

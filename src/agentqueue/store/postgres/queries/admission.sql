@@ -210,10 +210,9 @@ WITH upd AS (
     DO UPDATE SET n = m.n + EXCLUDED.n, total = m.total + EXCLUDED.total
 ), notified AS (
     -- Workers hear of it when the transaction commits: news for the executors of the agent
-    -- (store.base.routed_payload; '*': routed to no agent), 'p0' (everyone) if it has a P0
-    -- task; with %(notify)s false, from notify_queued after the admission's claims instead.
-    SELECT pg_notify('aq_queued', CASE WHEN bool_or(priority = 0) THEN 'p0'
-                                       ELSE 'to:' || coalesce(%(agent)s, '*') END)
+    -- (%(to)s, store.base.routed_payload), 'p0' (everyone's) if it has a P0 task; with
+    -- %(notify)s false, from notify_queued after the admission's claims instead.
+    SELECT pg_notify('aq_queued', CASE WHEN bool_or(priority = 0) THEN 'p0' ELSE %(to)s END)
     FROM upd HAVING count(*) > 0 AND %(notify)s
 )
 SELECT id, n.sent FROM upd CROSS JOIN (SELECT count(*) AS sent FROM notified) AS n
