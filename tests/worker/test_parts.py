@@ -584,42 +584,12 @@ async def test_notices_lead_to_their_wakeups(queue: AsyncQueue) -> None:
     assert calls == ["tools", "scheduler", "work"]
 
 
-async def test_news_of_routed_work_wakes_only_its_agents_executors(queue: AsyncQueue) -> None:
-    """Queued news that names the agents its work was routed to ('*': to none) goes to the
-    routed wake-up with those agents; any other queued news, or a worker without a routed
-    wake-up, wakes every executor; 'p0' still wakes the preemptor too."""
-    calls: list[Any] = []
-
-    def router(routed: bool) -> NoticeRouter:
-        return NoticeRouter(
-            queue.store,
-            lambda: queue.store.work_hints(queue.clock.now()),
-            Wakeups(
-                revoke=lambda payload: None,
-                tools=lambda: None,
-                work=lambda: calls.append("work"),
-                p0=lambda: calls.append("p0"),
-                scheduler=lambda: calls.append("scheduler"),
-                routed=(lambda agents: calls.append(agents)) if routed else None,
-            ),
-            Supervisor(log),
-        )
-
-    for payload in ("to:a1,*", "to:a2", "", "p0", "resumed"):
-        router(True).route(Notice(CHANNEL_QUEUED, payload))
-    assert calls == [{"a1", None}, {"a2"}, "work", "p0", "work", "work"]
-    calls.clear()
-    router(False).route(Notice(CHANNEL_QUEUED, "to:a1"))
-    assert calls == ["work"]
-
-
-async def test_when_claims_admit_news_of_pending_work_wakes_the_claimer(queue: AsyncQueue) -> None:
-    """Under a global cap alone (claims admit), new pending work is the claimer's news alone (a
-    claim that comes back short wakes the scheduler), and a P0 task among it the preemptor's
-    too; a completion or a resumed type, also announced as pending news, wakes the scheduler
-    and the claimer; a bare commit finding only pending work claims (and may preempt)."""
-    calls: list[str] = []
-    router = NoticeRouter(
+def recording_router(
+    queue: AsyncQueue, calls: list[Any], *, routed: bool = False, pending_is_work: bool = False
+) -> NoticeRouter:
+    """A notice router whose claimer, preemptor and scheduler wake-ups append to ``calls`` (a
+    routed wake-up, with ``routed``, appends the agents it names)."""
+    return NoticeRouter(
         queue.store,
         lambda: queue.store.work_hints(queue.clock.now()),
         Wakeups(
@@ -628,10 +598,34 @@ async def test_when_claims_admit_news_of_pending_work_wakes_the_claimer(queue: A
             work=lambda: calls.append("work"),
             p0=lambda: calls.append("p0"),
             scheduler=lambda: calls.append("scheduler"),
+            routed=calls.append if routed else None,
         ),
         Supervisor(log),
-        pending_is_work=True,
+        pending_is_work=pending_is_work,
     )
+
+
+async def test_news_of_routed_work_wakes_only_its_agents_executors(queue: AsyncQueue) -> None:
+    """Queued news that names the agents its work was routed to ('*': to none) goes to the
+    routed wake-up with those agents; any other queued news, or a worker without a routed
+    wake-up, wakes every executor; 'p0' still wakes the preemptor too."""
+    calls: list[Any] = []
+
+    for payload in ("to:a1,*", "to:a2", "", "p0", "resumed"):
+        recording_router(queue, calls, routed=True).route(Notice(CHANNEL_QUEUED, payload))
+    assert calls == [{"a1", None}, {"a2"}, "work", "p0", "work", "work"]
+    calls.clear()
+    recording_router(queue, calls).route(Notice(CHANNEL_QUEUED, "to:a1"))
+    assert calls == ["work"]
+
+
+async def test_when_claims_admit_news_of_pending_work_wakes_the_claimer(queue: AsyncQueue) -> None:
+    """Under a global cap alone (claims admit), new pending work is the claimer's news alone (a
+    claim that comes back short wakes the scheduler), and a P0 task among it the preemptor's
+    too; a completion or a resumed type, also announced as pending news, wakes the scheduler
+    and the claimer; a bare commit finding only pending work claims (and may preempt)."""
+    calls: list[Any] = []
+    router = recording_router(queue, calls, pending_is_work=True)
     router.route(Notice(CHANNEL_PENDING, ""))
     assert calls == ["work"]
     calls.clear()
