@@ -148,12 +148,26 @@ def run_one(
     label: str, src: str, extra_sql: str | None, config: str | None, url: str, n: int
 ) -> dict[str, object]:
     """Prepare, start the worker, wait for all ``n`` completed, stop it; the clocks."""
+    env = prepare(src, extra_sql, config, url, n)
+    return {"label": label, **drain(env, url, n)}
+
+
+def prepare(
+    src: str, extra_sql: str | None, config: str | None, url: str, n: int
+) -> dict[str, str]:
+    """A fresh database at ``url`` with ``n`` no-op tasks, prepared by the tree ``src`` (in a
+    process of its own); the environment its worker runs in."""
     env = _env(src, config)
     prep = [sys.executable, str(HERE), "--prepare", url, "--n", str(n)]
     if extra_sql:
         prep += ["--extra-sql", extra_sql]
     subprocess.run(prep, env=env, check=True)
     env["AQ_BENCH_APP_DB"] = url
+    return env
+
+
+def drain(env: dict[str, str], url: str, n: int) -> dict[str, object]:
+    """Start the worker, wait for all ``n`` completed, stop it; the clocks."""
     load_before = os.getloadavg()[0]
     spawned = time.time()
     worker = subprocess.Popen(
@@ -177,7 +191,7 @@ def run_one(
         worker.send_signal(signal.SIGTERM)
         worker_cpu = _reap(worker)
     done, first, last = asyncio.run(_clock(url))
-    out: dict[str, object] = {"label": label, "done": done, "load": load_before}
+    out: dict[str, object] = {"done": done, "load": load_before}
     if done == n and first is not None and last is not None:
         out["per_s"] = n / (last - spawned)
         out["claim_to_done_per_s"] = n / (last - first)

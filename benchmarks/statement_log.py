@@ -1,0 +1,142 @@
+"""Statement log: every statement one drain sends to PostgreSQL, added up.
+
+One drain as ``benchmarks/drain_ab.py`` runs it (N no-op tasks preloaded by the tree ``--src``,
+ANALYZE, then one ``agentqueue worker --app agentqueue.bench.noop_app:queue`` process, with the
+configuration file ``--config`` if given: agents, a cap), with ``log_min_duration_statement = 0``
+set on the drain's database alone (``ALTER DATABASE``, after the preload; reset at the end). The
+server's log is then read back where it is written (a local server: ``--log FILE``, by default
+the one file ``/var/log/postgresql/postgresql-*-main.log``), and printed: each statement (its
+first words), how often it ran, the sum of its logged durations (parse, bind and execute), the
+median and the largest of its runs, most time first; then the claims grouped by the arrays they
+were sent (task types, agents, paused types: a worker claims for each of its executors)::
+
+    .venv/bin/python benchmarks/statement_log.py [--n 20000] [--config CFG.toml] [--src DIR]
+
+The durations are wall time in the server, with the logging's own cost and every wait for a
+lock in them: a map of where the server's time goes and of what is sent that need not be, not a
+speed figure (``drain_ab.py`` and ``agentqueue bench`` give those).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import glob
+import re
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import drain_ab  # the drain it measures is drain_ab's
+
+ENTRY = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+ \w+ \[(\d+)\] (\S*)@(\S*) ", re.M)
+DURATION = re.compile(r"duration: ([\d.]+) ms\s+(statement|parse|bind|execute)[^:]*: (.*)", re.S)
+ARRAY = re.compile(r"'(\{[^']*\})'")
+CLAIMS = ("WITH picked AS", "WITH room AS")
+"""How the claim statements begin (claim, and claim_admitting under a cap alone)."""
+HARNESS = (
+    "SELECT count(*) FROM aq_tasks WHERE state = 'completed'",
+    "SELECT extract(epoch FROM",
+    "SELECT string_agg(pid::text, ',') FROM pg_stat_activity",
+)
+"""How the drain's own clock and CPU reads begin (drain_ab): left out."""
+
+
+def default_log() -> str:
+    found = glob.glob("/var/log/postgresql/postgresql-*-main.log")
+    if len(found) != 1:
+        raise SystemExit(f"give --log FILE: the server's log is not one of {found or 'none'}")
+    return found[0]
+
+
+def entries(text: str, database: str) -> list[tuple[str, str]]:
+    """(backend pid, the rest) of each log entry of ``database``, in order."""
+    marks = list(ENTRY.finditer(text))
+    out = []
+    for mark, after in zip(marks, [*marks[1:], None], strict=True):
+        if mark.group(3) == database:
+            end = after.start() if after is not None else len(text)
+            out.append((mark.group(1), text[mark.end() : end]))
+    return out
+
+
+def summarize(
+    found: list[tuple[str, str]],
+) -> tuple[dict[str, list[float]], dict[str, list[float]], int]:
+    """Durations by statement (sum of every phase per run, runs counted by their execute or
+    simple statement), and the claims' by their array parameters."""
+    runs: dict[str, list[float]] = defaultdict(list)
+    claims: dict[str, list[float]] = defaultdict(list)
+    pending: dict[str, float] = defaultdict(float)  # parse and bind, until their execute
+    for i, (pid, body) in enumerate(found):
+        m = DURATION.search(body)
+        if m is None:
+            continue
+        ms, phase, sql = float(m.group(1)), m.group(2), " ".join(m.group(3).split())
+        if sql.startswith(HARNESS):
+            continue
+        key = sql[:90]
+        if phase in ("parse", "bind"):
+            pending[f"{pid} {key}"] += ms
+            continue
+        took = ms + pending.pop(f"{pid} {key}", 0.0)
+        runs[key].append(took)
+        if sql.startswith(CLAIMS):
+            later = found[i + 1 : i + 6]
+            params = next((b for p, b in later if p == pid and "parameters" in b), "")
+            arrays = [a for a in ARRAY.findall(params) if '":' not in a]  # not the JSON ones
+            claims[" ".join(arrays) or "(no array)"].append(took)
+    return runs, claims, sum(len(v) for v in runs.values())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=20_000)
+    parser.add_argument("--pg", default="postgresql://postgres@127.0.0.1:5432/aq_statement_log")
+    parser.add_argument("--src", default="src", help="the tree to run (default: this checkout's)")
+    parser.add_argument("--config", help="a configuration file for the preload and the worker")
+    parser.add_argument("--log", help="the server's log file (default: the local cluster's)")
+    parser.add_argument("--top", type=int, default=15, help="statements shown")
+    args = parser.parse_args()
+    log = Path(args.log or default_log())
+    database = args.pg.rpartition("/")[2]
+    from agentqueue.store.admin import execute
+
+    env = drain_ab.prepare(args.src, None, args.config, args.pg, args.n)
+    asyncio.run(execute(args.pg, f'ALTER DATABASE "{database}" SET log_min_duration_statement = 0'))
+    start = log.stat().st_size
+    try:
+        result = drain_ab.drain(env, args.pg, args.n)
+    finally:
+        asyncio.run(
+            execute(args.pg, f'ALTER DATABASE "{database}" RESET log_min_duration_statement')
+        )
+    with log.open("rb") as f:
+        f.seek(start)
+        text = f.read().decode("utf-8", "replace")
+    runs, claims, total = summarize(entries(text, database))
+    rate = result.get("per_s")
+    print(
+        f"N={args.n:,}, tree {args.src}, config {args.config or 'none'}: "
+        + (f"{rate:,.0f}/s with every statement logged" if rate else "the drain failed")
+        + f"; {total:,} statements"
+    )
+    print("| statement | runs | total ms | median ms | max ms |")
+    print("|---|---|---|---|---|")
+    for key, values in sorted(runs.items(), key=lambda kv: -sum(kv[1]))[: args.top]:
+        print(
+            f"| `{key}` | {len(values)} | {sum(values):,.1f} | {statistics.median(values):.2f}"
+            f" | {max(values):.2f} |"
+        )
+    print("\nClaims by the arrays they were sent (task types, agents, paused types):")
+    print("| arrays | claims | total ms | median ms |")
+    print("|---|---|---|---|")
+    for arrays, took in sorted(claims.items(), key=lambda kv: -len(kv[1])):
+        print(f"| {arrays} | {len(took)} | {sum(took):,.1f} | {statistics.median(took):.2f} |")
+
+
+if __name__ == "__main__":
+    main()
