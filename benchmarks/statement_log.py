@@ -11,6 +11,11 @@ median and the largest of its runs, most time first; then the claims grouped by 
 were sent (task types, agents, paused types: a worker claims for each of its executors)::
 
     .venv/bin/python benchmarks/statement_log.py [--n 20000] [--config CFG.toml] [--src DIR]
+    .venv/bin/python benchmarks/statement_log.py --every 0.05 --n 50 [--config CFG.toml]
+
+With ``--every SECS`` there is no preload: the worker starts on an empty queue and, once it is
+idle, N tasks are submitted one at a time, one every SECS (the dispatch latency benchmark's
+path; the submits' own statements are in the log too).
 
 The durations are wall time in the server, with the logging's own cost and every wait for a
 lock in them: a map of where the server's time goes and of what is sent that need not be, not a
@@ -23,8 +28,11 @@ import argparse
 import asyncio
 import glob
 import re
+import signal
 import statistics
+import subprocess
 import sys
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -92,6 +100,45 @@ def summarize(
     return runs, claims, sum(len(v) for v in runs.values())
 
 
+def trickle(env: dict[str, str], url: str, n: int, every: float) -> dict[str, object]:
+    """Start the worker on the empty queue, submit ``n`` tasks one every ``every`` seconds once
+    it is idle (in a process of the tree's own), wait for all completed, stop it."""
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "agentqueue.cli", "worker", "--app", drain_ab.APP],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        time.sleep(2.0)  # started and idle
+        submit = [sys.executable, __file__, "--submit", url, "--n", str(n), "--every", str(every)]
+        subprocess.run(submit, env=env, check=True)
+        deadline = time.monotonic() + 60 + n * every
+        while worker.poll() is None and time.monotonic() < deadline:
+            if asyncio.run(drain_ab._clock(url))[0] >= n:
+                break
+            time.sleep(0.1)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        drain_ab._reap(worker)
+    return {"done": asyncio.run(drain_ab._clock(url))[0]}
+
+
+async def _submit(url: str, n: int, every: float) -> None:
+    from agentqueue.bench.common import NOOP
+    from agentqueue.queue import AsyncQueue
+
+    queue = AsyncQueue(url, actor="bench")
+    try:
+        await queue.open()
+        begin = time.monotonic()
+        for i in range(n):
+            await asyncio.sleep(max(0.0, begin + i * every - time.monotonic()))
+            await queue.submit(title="statement log", task_type=NOOP)
+    finally:
+        await queue.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=20_000)
@@ -100,16 +147,24 @@ def main() -> None:
     parser.add_argument("--config", help="a configuration file for the preload and the worker")
     parser.add_argument("--log", help="the server's log file (default: the local cluster's)")
     parser.add_argument("--top", type=int, default=15, help="statements shown")
+    parser.add_argument("--every", type=float, help="no preload: submit N, one every SECS")
+    parser.add_argument("--submit", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.submit:
+        asyncio.run(_submit(args.submit, args.n, args.every))
+        return
     log = Path(args.log or default_log())
     database = args.pg.rpartition("/")[2]
     from agentqueue.store.admin import execute
 
-    env = drain_ab.prepare(args.src, None, args.config, args.pg, args.n)
+    env = drain_ab.prepare(args.src, None, args.config, args.pg, 0 if args.every else args.n)
     asyncio.run(execute(args.pg, f'ALTER DATABASE "{database}" SET log_min_duration_statement = 0'))
     start = log.stat().st_size
     try:
-        result = drain_ab.drain(env, args.pg, args.n)
+        if args.every:
+            result = trickle(env, args.pg, args.n, args.every)
+        else:
+            result = drain_ab.drain(env, args.pg, args.n)
     finally:
         asyncio.run(
             execute(args.pg, f'ALTER DATABASE "{database}" RESET log_min_duration_statement')
@@ -118,12 +173,12 @@ def main() -> None:
         f.seek(start)
         text = f.read().decode("utf-8", "replace")
     runs, claims, total = summarize(entries(text, database))
-    rate = result.get("per_s")
-    print(
-        f"N={args.n:,}, tree {args.src}, config {args.config or 'none'}: "
-        + (f"{rate:,.0f}/s with every statement logged" if rate else "the drain failed")
-        + f"; {total:,} statements"
-    )
+    rate, done = result.get("per_s"), result.get("done")
+    if args.every:
+        shown = f"one submit every {args.every:g} s, {done} of {args.n} completed"
+    else:
+        shown = f"{rate:,.0f}/s with every statement logged" if rate else "the drain failed"
+    print(f"N={args.n:,}, tree {args.src}, config {args.config or 'none'}: {shown}; {total:,} runs")
     print("| statement | runs | total ms | median ms | max ms |")
     print("|---|---|---|---|---|")
     for key, values in sorted(runs.items(), key=lambda kv: -sum(kv[1]))[: args.top]:
