@@ -555,29 +555,6 @@ async def test_claims_within_an_admission_start_when_it_commits_and_hold_their_s
     assert counts == {TaskState.QUEUED: 1, TaskState.EXECUTING: 2}
 
 
-async def test_a_hand_over_claim_that_came_back_short_is_not_sent_again(
-    queue: AsyncQueue,
-) -> None:
-    """A claim inside an admission that came back short (nothing left queued for its executor)
-    leaves the executor waiting for news, as a claim of its own would: the next fill sends
-    nothing, where it used to send a claim that came back empty after every such admission."""
-    await queue.submit(title="t", task_type="bugfix")
-    await queue.admit()
-    rt = await queue.runtime()
-    started: list[Task] = []
-    claimer = claimer_on(queue, Slots(max_concurrent=2), started, batch=10, in_flight=1)
-    async with queue.store.transaction() as tx:
-
-        async def claim_in(n: int, types: Any, of: Any) -> Later[list[Task]]:
-            return await claim_in_tx(tx, rt, n, "w1", types, of)
-
-        end = await claimer.claim_within(claim_in, frozenset({None}))
-    end(True)
-    assert len(started) == 1  # one of the two slots it asked for
-    claimer.fill()
-    assert not claimer.claiming
-
-
 # --- notices, tools, preemption -----------------------------------------------------------------
 
 

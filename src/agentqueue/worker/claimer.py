@@ -183,21 +183,15 @@ class Claimer:
             raise
 
         def end(committed: bool) -> None:
-            short: set[str] = set()
             for executor, n, claimed in held:
                 self._reserved[executor.name] -= n
                 if committed and claimed is not None:
                     # The claim went with the admission's COMMIT: its answer is here.
-                    tasks = claimed.result()
-                    if len(tasks) < n:
-                        short.add(executor.name)
-                    self._begin(executor, tasks, sent)
+                    self._begin(executor, claimed.result(), sent)
             if committed:
-                # What the admission left queued is for these executors alone (its notice says
-                # so to every worker): they claim again as their slots free up, except those
-                # whose claim here came back short, as after any claim that did.
+                # What the claims left queued is for these executors alone (its notice says so
+                # to every worker): they claim again as their slots free up.
                 self.work_arrived(agents)
-                self._empty.update(short)
             if committed and held:
                 self.on_claimed()
 
