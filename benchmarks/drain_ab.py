@@ -37,6 +37,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 APP = "agentqueue.bench.noop_app:queue"
@@ -166,8 +167,12 @@ def prepare(
     return env
 
 
-def drain(env: dict[str, str], url: str, n: int) -> dict[str, object]:
-    """Start the worker, wait for all ``n`` completed, stop it; the clocks."""
+def drain(
+    env: dict[str, str], url: str, n: int, feed: Callable[[], object] | None = None
+) -> dict[str, object]:
+    """Start the worker, wait for all ``n`` completed, stop it; the clocks. ``feed``, when
+    given, runs once the worker has started (it submits the tasks a run without a preload
+    drains)."""
     load_before = os.getloadavg()[0]
     spawned = time.time()
     worker = subprocess.Popen(
@@ -176,9 +181,11 @@ def drain(env: dict[str, str], url: str, n: int) -> dict[str, object]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    deadline = time.monotonic() + max(120.0, n / 20)
     db_cpu = 0.0
     try:
+        if feed is not None:
+            feed()
+        deadline = time.monotonic() + max(120.0, n / 20)
         while True:
             done, _, _ = asyncio.run(_clock(url))
             if done >= n or worker.poll() is not None or time.monotonic() > deadline:

@@ -28,7 +28,6 @@ import argparse
 import asyncio
 import glob
 import re
-import signal
 import statistics
 import subprocess
 import sys
@@ -101,27 +100,15 @@ def summarize(
 
 
 def trickle(env: dict[str, str], url: str, n: int, every: float) -> dict[str, object]:
-    """Start the worker on the empty queue, submit ``n`` tasks one every ``every`` seconds once
-    it is idle (in a process of the tree's own), wait for all completed, stop it."""
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "agentqueue.cli", "worker", "--app", drain_ab.APP],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
+    """The drain of ``n`` tasks submitted one every ``every`` seconds (in a process of the
+    tree's own) once the worker, started on the empty queue, is idle."""
+    submit = [sys.executable, __file__, "--submit", url, "--n", str(n), "--every", str(every)]
+
+    def feed() -> None:
         time.sleep(2.0)  # started and idle
-        submit = [sys.executable, __file__, "--submit", url, "--n", str(n), "--every", str(every)]
         subprocess.run(submit, env=env, check=True)
-        deadline = time.monotonic() + 60 + n * every
-        while worker.poll() is None and time.monotonic() < deadline:
-            if asyncio.run(drain_ab._clock(url))[0] >= n:
-                break
-            time.sleep(0.1)
-    finally:
-        worker.send_signal(signal.SIGTERM)
-        drain_ab._reap(worker)
-    return {"done": asyncio.run(drain_ab._clock(url))[0]}
+
+    return drain_ab.drain(env, url, n, feed)
 
 
 async def _submit(url: str, n: int, every: float) -> None:
@@ -154,8 +141,9 @@ def main() -> None:
         asyncio.run(_submit(args.submit, args.n, args.every))
         return
     log = Path(args.log or default_log())
-    database = args.pg.rpartition("/")[2]
-    from agentqueue.store.admin import execute
+    from agentqueue.store.admin import dbname, execute
+
+    database = dbname(args.pg)
 
     env = drain_ab.prepare(args.src, None, args.config, args.pg, 0 if args.every else args.n)
     asyncio.run(execute(args.pg, f'ALTER DATABASE "{database}" SET log_min_duration_statement = 0'))
