@@ -2,7 +2,7 @@
 whose work was queued): a worker with agents configured, draining tasks routed to no agent (its
 handlers'), sends its agents' executors no claim after their first look at the queue. Each such
 claim comes back empty after a walk over every queued task of other types: with six agents it
-was six claims of nothing for every admission (a tenth of the server's time in a routed drain).
+was six claims of nothing for every admission (benchmarks/statement_log.py counts them).
 """
 
 from __future__ import annotations

@@ -215,8 +215,9 @@ ORDER BY id
 -- indexes, so an idle queue costs reads, not write transactions. Pending and queued are asked
 -- in their index's order (a first row, not EXISTS): statistics taken with the queue full call
 -- those states common, and an EXISTS then walks the table from its front, past every task
--- finished since (1.5 ms and more a read half-way through a drain of 20,000, read at every
--- scheduler pass under a cap); the index's front costs the entries not yet vacuumed.
+-- finished since (a median of 1.7 ms a read in a capped drain of 20,000, read at every
+-- scheduler pass: benchmarks/statement_log.py); the index's front costs the entries not yet
+-- vacuumed.
 SELECT
     EXISTS (SELECT 1 FROM aq_tasks
             WHERE state = 'executing' AND lease_expires_at <= %(now)s) AS lapsed,
