@@ -10,8 +10,10 @@ each variant gets its own schema and code. ``LABEL=SRC+SQL`` also runs the file 
 preload (before ANALYZE), for trying a schema change without a migration; ``LABEL=SRC@TOML``
 runs the preload and the worker with that configuration file (``AGENTQUEUE_CONFIG``), for
 comparing the drain under admission limits or with agents configured against the default.
-``--sqlite FILE`` drains a SQLite file instead (recreated for each run; no ANALYZE, as the drain
-benchmark runs SQLite; no server CPU beside the worker's, whose process does SQLite's work)::
+``--workers K`` starts K worker processes on the same database instead of one (their CPU per
+task is summed). ``--sqlite FILE`` drains a SQLite file instead (recreated for each run; no
+ANALYZE, as the drain benchmark runs SQLite; no server CPU beside the worker's, whose process
+does SQLite's work)::
 
     .venv/bin/python benchmarks/drain_ab.py --n 20000 --rounds 3 \\
         --variant A=/tmp/base/src --variant B=src
@@ -146,11 +148,17 @@ def _env(src: str, config: str | None) -> dict[str, str]:
 
 
 def run_one(
-    label: str, src: str, extra_sql: str | None, config: str | None, url: str, n: int
+    label: str,
+    src: str,
+    extra_sql: str | None,
+    config: str | None,
+    url: str,
+    n: int,
+    workers: int = 1,
 ) -> dict[str, object]:
-    """Prepare, start the worker, wait for all ``n`` completed, stop it; the clocks."""
+    """Prepare, start the worker(s), wait for all ``n`` completed, stop them; the clocks."""
     env = prepare(src, extra_sql, config, url, n)
-    return {"label": label, **drain(env, url, n)}
+    return {"label": label, **drain(env, url, n, workers=workers)}
 
 
 def prepare(
@@ -168,19 +176,26 @@ def prepare(
 
 
 def drain(
-    env: dict[str, str], url: str, n: int, feed: Callable[[], object] | None = None
+    env: dict[str, str],
+    url: str,
+    n: int,
+    feed: Callable[[], object] | None = None,
+    workers: int = 1,
 ) -> dict[str, object]:
-    """Start the worker, wait for all ``n`` completed, stop it; the clocks. ``feed``, when
-    given, runs once the worker has started (it submits the tasks a run without a preload
-    drains)."""
+    """Start the worker (``workers`` alike, on the same database), wait for all ``n``
+    completed, stop it; the clocks. ``feed``, when given, runs once the worker has started (it
+    submits the tasks a run without a preload drains)."""
     load_before = os.getloadavg()[0]
     spawned = time.time()
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "agentqueue.cli", "worker", "--app", APP],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    started = [
+        subprocess.Popen(
+            [sys.executable, "-m", "agentqueue.cli", "worker", "--app", APP],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for _ in range(workers)
+    ]
     db_cpu = 0.0
     try:
         if feed is not None:
@@ -188,15 +203,17 @@ def drain(
         deadline = time.monotonic() + max(120.0, n / 20)
         while True:
             done, _, _ = asyncio.run(_clock(url))
-            if done >= n or worker.poll() is not None or time.monotonic() > deadline:
+            gone = any(w.poll() is not None for w in started)
+            if done >= n or gone or time.monotonic() > deadline:
                 break
             time.sleep(0.25)
         # PostgreSQL's side: the CPU of the worker's connections, read before it closes them
         # (local servers only; 0 where /proc shows none of them).
         db_cpu = sum(_cpu_secs(pid) for pid in asyncio.run(_backends(url)))
     finally:
-        worker.send_signal(signal.SIGTERM)
-        worker_cpu = _reap(worker)
+        for worker in started:
+            worker.send_signal(signal.SIGTERM)
+        worker_cpu = sum(_reap(worker) for worker in started)
     done, first, last = asyncio.run(_clock(url))
     out: dict[str, object] = {"done": done, "load": load_before}
     if done == n and first is not None and last is not None:
@@ -226,6 +243,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--variant", action="append", default=[], help="LABEL=SRC[+SQL][@TOML]")
     parser.add_argument("--n", type=int, default=20_000)
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="worker processes draining the same database (default 1); the CPU per task is"
+        " theirs together",
+    )
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--pg", default="postgresql://postgres@127.0.0.1:5432/aq_drain_ab")
     parser.add_argument(
@@ -259,7 +283,7 @@ def main() -> None:
 
     for r in range(args.rounds):
         for label, src, sql, config in variants:
-            res = run_one(label, src, sql, config, url, args.n)
+            res = run_one(label, src, sql, config, url, args.n, args.workers)
             results[label].append(res)
             per_s = res.get("per_s")
             c2d = res.get("claim_to_done_per_s")

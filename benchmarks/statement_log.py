@@ -13,6 +13,13 @@ were sent (task types, agents, paused types: a worker claims for each of its exe
     .venv/bin/python benchmarks/statement_log.py [--n 20000] [--config CFG.toml] [--src DIR]
     .venv/bin/python benchmarks/statement_log.py --every 0.05 --n 50 [--config CFG.toml]
 
+With ``--sqlite FILE`` the drain is of a SQLite file instead (recreated), and its statements
+are timed in the worker process itself (``benchmarks/sqlite_statements/sitecustomize.py``:
+each statement's ``execute``, in the thread that sends it; the writer's statements are the
+file's write lock held)::
+
+    .venv/bin/python benchmarks/statement_log.py --sqlite /tmp/drain.db [--n 20000]
+
 With ``--every SECS`` there is no preload: the worker starts on an empty queue and, once it is
 idle, N tasks are submitted one at a time, one every SECS (the dispatch latency benchmark's
 path; the submits' own statements are in the log too).
@@ -27,6 +34,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import glob
+import json
+import os
 import re
 import statistics
 import subprocess
@@ -99,6 +108,25 @@ def summarize(
     return runs, claims, sum(len(v) for v in runs.values())
 
 
+def sqlite_runs(
+    src: str, config: str | None, path: Path, n: int
+) -> tuple[dict[str, list[float]], dict[str, object]]:
+    """A drain of a SQLite file with every statement of the worker timed in the worker (ms,
+    by the statement's first words), and the drain's clocks."""
+    url = f"sqlite:///{path.resolve()}"
+    env = drain_ab.prepare(src, None, config, url, n)
+    out = path.with_name(f"{path.name}.statements.json")
+    out.unlink(missing_ok=True)
+    timing = Path(__file__).resolve().parent / "sqlite_statements"
+    env["PYTHONPATH"] = f"{timing}{os.pathsep}{env['PYTHONPATH']}"
+    env["AQ_SQLITE_STATEMENTS"] = str(out)
+    result = drain_ab.drain(env, url, n)
+    runs: dict[str, list[float]] = defaultdict(list)
+    for sql, secs in json.loads(out.read_text()).items():
+        runs[" ".join(sql.split())[:90]].extend(s * 1000 for s in secs)
+    return runs, result
+
+
 def trickle(env: dict[str, str], url: str, n: int, every: float) -> dict[str, object]:
     """The drain of ``n`` tasks submitted one every ``every`` seconds (in a process of the
     tree's own) once the worker, started on the empty queue, is idle."""
@@ -135,10 +163,19 @@ def main() -> None:
     parser.add_argument("--log", help="the server's log file (default: the local cluster's)")
     parser.add_argument("--top", type=int, default=15, help="statements shown")
     parser.add_argument("--every", type=float, help="no preload: submit N, one every SECS")
+    parser.add_argument("--sqlite", metavar="FILE", help="drain a SQLite file instead")
     parser.add_argument("--submit", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.submit:
         asyncio.run(_submit(args.submit, args.n, args.every))
+        return
+    if args.sqlite:
+        runs, result = sqlite_runs(args.src, args.config, Path(args.sqlite), args.n)
+        rate = result.get("per_s")
+        shown = f"{rate:,.0f}/s with every statement timed" if rate else "the drain failed"
+        total = sum(len(v) for v in runs.values())
+        print(f"N={args.n:,}, tree {args.src}, SQLite {args.sqlite}: {shown}; {total:,} runs")
+        table(runs, args.top)
         return
     log = Path(args.log or default_log())
     from agentqueue.store.admin import dbname, execute
@@ -167,18 +204,23 @@ def main() -> None:
     else:
         shown = f"{rate:,.0f}/s with every statement logged" if rate else "the drain failed"
     print(f"N={args.n:,}, tree {args.src}, config {args.config or 'none'}: {shown}; {total:,} runs")
-    print("| statement | runs | total ms | median ms | max ms |")
-    print("|---|---|---|---|---|")
-    for key, values in sorted(runs.items(), key=lambda kv: -sum(kv[1]))[: args.top]:
-        print(
-            f"| `{key}` | {len(values)} | {sum(values):,.1f} | {statistics.median(values):.2f}"
-            f" | {max(values):.2f} |"
-        )
+    table(runs, args.top)
     print("\nClaims by the arrays they were sent (task types, agents, paused types):")
     print("| arrays | claims | total ms | median ms |")
     print("|---|---|---|---|")
     for arrays, took in sorted(claims.items(), key=lambda kv: -len(kv[1])):
         print(f"| {arrays} | {len(took)} | {sum(took):,.1f} | {statistics.median(took):.2f} |")
+
+
+def table(runs: dict[str, list[float]], top: int) -> None:
+    """The statements by their total time, most first."""
+    print("| statement | runs | total ms | median ms | max ms |")
+    print("|---|---|---|---|---|")
+    for key, values in sorted(runs.items(), key=lambda kv: -sum(kv[1]))[:top]:
+        print(
+            f"| `{key}` | {len(values)} | {sum(values):,.1f} | {statistics.median(values):.2f}"
+            f" | {max(values):.2f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -1,11 +1,15 @@
 """``benchmarks/statement_log.py`` reads a PostgreSQL server log as the server writes it (with
 ``log_min_duration_statement = 0``): each statement's runs of the drain's database only, its
 parse and bind added to its execute, the drain's own clock reads left out, and each claim
-counted under the arrays it was sent (which executor asked), never the JSON ones."""
+counted under the arrays it was sent (which executor asked), never the JSON ones. With
+``--sqlite`` it times each statement a SQLite drain's worker sends, in the worker itself."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -61,3 +65,45 @@ def test_the_log_is_read_per_statement_and_per_executor() -> None:
     assert runs == {claim: [3.75, 2.0, 1.0], "COMMIT": [0.1]}  # parse + bind + execute
     assert total == 4  # the clock read and the other database's COMMIT left out
     assert claims == {"{noop} {}": [3.75, 1.0], "{t_a1} {a1}": [2.0]}
+
+
+TIMED = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("CREATE TABLE t (x INTEGER)")
+for i in range(3):
+    conn.execute("INSERT INTO t (x) VALUES (?)", (i,))
+print(type(conn).__name__, conn.execute("SELECT sum(x) FROM t").fetchone()[0])
+"""
+
+
+def _run_timed(tmp_path: Path, env_out: Path | None) -> str:
+    env = {k: v for k, v in os.environ.items() if k != "AQ_SQLITE_STATEMENTS"}
+    env["PYTHONPATH"] = str(ROOT / "benchmarks" / "sqlite_statements")
+    if env_out is not None:
+        env["AQ_SQLITE_STATEMENTS"] = str(env_out)
+    done = subprocess.run(
+        [sys.executable, "-c", TIMED, str(tmp_path / "t.db")],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout.strip()
+
+
+def test_the_sqlite_statements_of_a_process_are_timed_as_it_exits(tmp_path: Path) -> None:
+    out = tmp_path / "statements.json"
+    # The answers are the same: only the time of each execute is taken.
+    assert _run_timed(tmp_path, out) == "_Timed 3"
+    runs = json.loads(out.read_text())
+    assert sorted((sql, len(secs)) for sql, secs in runs.items()) == [
+        ("CREATE TABLE t (x INTEGER)", 1),
+        ("INSERT INTO t (x) VALUES (?)", 3),
+        ("SELECT sum(x) FROM t", 1),
+    ]
+    assert all(s >= 0 for secs in runs.values() for s in secs)
+
+
+def test_without_its_variable_sqlite_is_left_alone(tmp_path: Path) -> None:
+    assert _run_timed(tmp_path, None) == "Connection 3"
