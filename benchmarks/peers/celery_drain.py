@@ -27,6 +27,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 from celery_app import BROKER, KEY_PREFIX, QUEUE, app, noop  # noqa: E402
+from machine import busy_secs  # noqa: E402
 
 
 def clean(r: redis.Redis) -> None:
@@ -49,6 +50,7 @@ def main(n: int, concurrency: int, pool: str, prefetch: int) -> dict[str, object
     if r.llen(queue_key) != n:
         raise SystemExit(f"expected {n} messages in {queue_key}, found {r.llen(queue_key)}")
     deadline = float(os.environ.get("PEER_DEADLINE", "600"))
+    busy = busy_secs()
     spawned = time.time()
     worker = subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "celery_app", "worker", "-P", pool,
@@ -76,6 +78,7 @@ def main(n: int, concurrency: int, pool: str, prefetch: int) -> dict[str, object
                 break
             time.sleep(0.005)
     finally:
+        busy = busy_secs() - busy  # up to the last acknowledgement seen (or the failure)
         worker.terminate()
         worker.wait()
         clean(r)
@@ -91,6 +94,7 @@ def main(n: int, concurrency: int, pool: str, prefetch: int) -> dict[str, object
         "last_done_at": last,
         "worker_exit": worker.returncode,
         "timed_out": timed_out,
+        "machine_cpu_secs": busy,
     }
 
 

@@ -23,6 +23,7 @@ import sys
 import time
 
 import asyncpg
+from machine import busy_secs
 from pgqueuer import AsyncpgDriver, Queries, QueueManager
 from pgqueuer.types import QueueExecutionMode
 
@@ -78,6 +79,7 @@ async def main(n: int, concurrency: int, batch: int) -> dict[str, object]:
         await conn.execute("ANALYZE pgqueuer; ANALYZE pgqueuer_log")
     stats = await statistics(conn, "pgqueuer")
     deadline = float(os.environ.get("PEER_DEADLINE", "600"))
+    busy = busy_secs()
     spawned = time.time()
     worker = await asyncio.create_subprocess_exec(
         sys.executable, SCRIPT, "work", str(concurrency), str(batch)
@@ -89,6 +91,7 @@ async def main(n: int, concurrency: int, batch: int) -> dict[str, object]:
         timed_out = True
         worker.kill()
         await worker.wait()
+    busy = busy_secs() - busy  # the worker drained and exited (drain mode)
     row = await conn.fetchrow(
         "SELECT count(*) FILTER (WHERE status = 'successful') AS done, "
         "extract(epoch FROM min(created) FILTER (WHERE status = 'picked')) AS first, "
@@ -108,6 +111,7 @@ async def main(n: int, concurrency: int, batch: int) -> dict[str, object]:
         "last_done_at": None if row["last"] is None else float(row["last"]),
         "worker_exit": worker.returncode,
         "timed_out": timed_out,
+        "machine_cpu_secs": busy,
     }
 
 

@@ -20,6 +20,7 @@ import sys
 import time
 from typing import Any
 
+from machine import busy_secs
 from procrastinate import App, PsycopgConnector
 
 DSN = os.environ.get("PEER_DSN", "postgresql://postgres@127.0.0.1:5432/aq_bench_procrastinate")
@@ -72,6 +73,7 @@ async def main(n: int, concurrency: int) -> dict[str, object]:
             "ON s.relid = c.oid WHERE c.relname = 'procrastinate_jobs'"
         )
         deadline = float(os.environ.get("PEER_DEADLINE", "600"))
+        busy = busy_secs()
         spawned = time.time()
         worker = await asyncio.create_subprocess_exec(
             sys.executable, SCRIPT, "work", str(concurrency)
@@ -83,6 +85,7 @@ async def main(n: int, concurrency: int) -> dict[str, object]:
             timed_out = True
             worker.kill()
             await worker.wait()
+        busy = busy_secs() - busy  # the worker drained and exited (wait=False)
         done = await fetch("SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'")
         clock = await fetch(
             "SELECT extract(epoch FROM min(at) FILTER (WHERE type = 'started')), "
@@ -105,6 +108,7 @@ async def main(n: int, concurrency: int) -> dict[str, object]:
         "last_done_at": None if clock is None or clock[1] is None else float(clock[1]),
         "worker_exit": worker.returncode,
         "timed_out": timed_out,
+        "machine_cpu_secs": busy,
     }
 
 

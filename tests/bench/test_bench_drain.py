@@ -13,6 +13,7 @@ import asyncio
 import fcntl
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +24,7 @@ import pytest
 from agentqueue.bench.common import BenchContext, Sizes
 from agentqueue.bench.drain import best, clocks, peer_run, rows, sweep, tables
 from agentqueue.bench.peers import PEERS, check_peers, find_root, setup_peers
+from agentqueue.bench.procs import machine_busy_secs
 
 pytestmark = pytest.mark.postgres
 
@@ -61,6 +63,11 @@ def test_drain_reports_both_clocks_and_statistics(bench_db: str, tmp_path: Path)
         # Both clocks end at the same completion; the first claim comes after the start.
         assert entry["claim_to_done_secs"] <= entry["drain_secs"]
         assert entry["start_to_first_claim_secs"] >= 0
+    # What each drain cost the machine, per task: for the worker as users start it (the tuned
+    # one, its own child, is not measured so).
+    for key, entry in [*systems.items(), *drain["no_statistics"].items()]:
+        cpu = entry["machine_cpu_us_per_task"]
+        assert (cpu is None) if "tuned" in key else is_rate(cpu), key
     # The default pass has statistics (ANALYZE after the preload); the other pass has none.
     for key in ("agentqueue-postgresql", "agentqueue-postgresql-c500"):
         assert systems[key]["analyzed"] is True
@@ -70,6 +77,7 @@ def test_drain_reports_both_clocks_and_statistics(bench_db: str, tmp_path: Path)
     assert plain["analyzed"] is False and plain["statistics"]["reltuples"] <= 0
     text = (out / "results.md").read_text()
     assert "| system | setting | process start -> last completion | first claim -> last" in text
+    assert "completion | machine CPU per task |" in text
     assert "Without statistics (information only):" in text
 
 
@@ -131,6 +139,8 @@ def test_a_peer_is_swept_and_reported_at_its_best(bench_db: str, tmp_path: Path)
         assert entry["claim_to_done_secs"] <= entry["drain_secs"]
         # ANALYZE ran on the peer's table after its preload.
         assert entry["analyzed"] is True and entry["statistics"]["reltuples"] > 0
+        # Its driver read the machine's busy CPU around its worker, as the bench does for ours.
+        assert is_rate(entry["machine_cpu_us_per_task"])
     fastest = max(entries, key=lambda e: e["drain_per_s"])
     assert top["setting"] == fastest["setting"] and top["drain_per_s"] == fastest["drain_per_s"]
     assert top["knobs"] == fastest["knobs"]
@@ -161,7 +171,7 @@ def ok(rate: float) -> dict[str, Any]:
 def test_a_failed_peer_gets_no_rate_and_no_ratio() -> None:
     failed = {**clocks(100, 99, 0.0, 1.0, 2.0), "setting": "C=1"}
     assert failed["status"] == "failed" and failed["error"] == "99 of 100 tasks finished"
-    assert failed["drain_per_s"] is None
+    assert failed["drain_per_s"] is None and failed["machine_cpu_us_per_task"] is None
     assert best([failed]) is None
     assert best([failed, ok(50.0), ok(80.0)])["setting"] == "80"
     result: dict[str, Any] = {
@@ -181,3 +191,13 @@ def test_a_failed_peer_gets_no_rate_and_no_ratio() -> None:
     target = next(r for r in shown.values() if r.target)
     assert target.met is None
     assert "peer failed" in tables(result)
+
+
+def test_the_machines_busy_time_counts_the_cpu_a_process_burns() -> None:
+    burn = "import time\nend = time.process_time() + 0.5\nwhile time.process_time() < end: pass"
+    before = machine_busy_secs()
+    child = subprocess.Popen([sys.executable, "-c", burn])
+    _, _, usage = os.wait4(child.pid, 0)
+    spent = machine_busy_secs() - before
+    # Every process's CPU is in it: at least what the child used (the tick is 10 ms).
+    assert spent >= usage.ru_utime + usage.ru_stime - 0.05

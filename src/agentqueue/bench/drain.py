@@ -49,7 +49,7 @@ from .common import (
 from .db import analyze as analyze_tables
 from .db import count, fresh_url, preload
 from .peers import PEERS, Peer, Setting, run_peer
-from .procs import Child, ChildError
+from .procs import Child, ChildError, machine_busy_secs
 
 NAME = "drain"
 APP = "agentqueue.bench.noop_app:queue"
@@ -214,11 +214,14 @@ def clocks(
     first_claim_at: float | None,
     last_done_at: float | None,
     failure: str | None = None,
+    machine_cpu_secs: float | None = None,
 ) -> dict[str, Any]:
     """The figures of one drain from the store's record: failed (no rate) unless all ``n``
     finished; else the rate from process start to the last completion (the headline) and from
-    the first claim to the last completion."""
-    out: dict[str, Any] = {"n": n, "done": done}
+    the first claim to the last completion, and with ``machine_cpu_secs`` (the machine's busy
+    CPU from the worker's start to its last completion, every process: procs.machine_busy_secs)
+    the CPU it cost per task, in microseconds."""
+    out: dict[str, Any] = {"n": n, "done": done, "machine_cpu_us_per_task": None}
     if failure is None and done < n:
         failure = f"{done:,} of {n:,} tasks finished"
     if failure is None and (first_claim_at is None or last_done_at is None):
@@ -236,6 +239,8 @@ def clocks(
         claim_to_done_per_s=rate(n, claimed),
         start_to_first_claim_secs=first_claim_at - spawned_at,
     )
+    if machine_cpu_secs is not None:
+        out["machine_cpu_us_per_task"] = machine_cpu_secs / n * 1e6
     return out
 
 
@@ -317,12 +322,14 @@ async def as_started(
     env = dict(os.environ)
     env["AQ_BENCH_APP_DB"] = url
     cmd = [*agentqueue_command(), "worker", "--app", APP, *run.args]
+    busy = machine_busy_secs()
     spawned = time.time()
     child = await Child.start_command(cmd, ctx.work_dir, run.key, env)
     queue = AsyncQueue(url, actor="bench")
     exit_error = None
     try:
         failure = await _until_done(queue, child, n, deadline)
+        busy = machine_busy_secs() - busy  # up to the moment all N were seen completed
     finally:
         await queue.close()
         child.terminate()
@@ -340,7 +347,7 @@ async def as_started(
         "analyzed": analyze,
         "statistics": stats,
         "worker_exit": exit_error,
-        **clocks(n, done, spawned, first, last, failure),
+        **clocks(n, done, spawned, first, last, failure, busy),
     }
 
 
@@ -408,6 +415,7 @@ async def peer_run(
             raw.get("first_claim_at"),
             raw.get("last_done_at"),
             failure,
+            raw.get("machine_cpu_secs"),
         ),
     }
 
@@ -525,6 +533,14 @@ def notes(ctx: BenchContext, n: int) -> list[str]:
         )
     else:
         out.append(f"Peers not run: {ctx.peers_skipped}.")
+    out.append(
+        "Machine CPU per task: the busy CPU time of the whole machine (every process, both "
+        "the worker's and the database's; /proc/stat) from the worker's start until all N were "
+        "seen completed (agentqueue: by the bench's check every 0.25 s; pgqueuer and "
+        "procrastinate: their worker's exit once drained; Celery: its 5 ms look at Redis, "
+        "which costs some CPU of its own), divided by N. The bench's tuned worker is not "
+        "measured so. The machine's other processes would count too (none run beside a bench)."
+    )
     return out
 
 
@@ -564,10 +580,15 @@ def ratios(result: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _figure(entry: dict[str, Any]) -> tuple[str, str]:
+def _figure(entry: dict[str, Any]) -> tuple[str, str, str]:
     if entry.get("status") != "ok":
-        return f"failed: {entry.get('error', '?')}", ""
-    return fmt_rate(entry.get("drain_per_s")), fmt_rate(entry.get("claim_to_done_per_s"))
+        return f"failed: {entry.get('error', '?')}", "", ""
+    cpu = entry.get("machine_cpu_us_per_task")
+    return (
+        fmt_rate(entry.get("drain_per_s")),
+        fmt_rate(entry.get("claim_to_done_per_s")),
+        "" if cpu is None else f"{cpu:,.0f} us",
+    )
 
 
 def _label(key: str, entry: dict[str, Any]) -> str:
@@ -579,12 +600,14 @@ def tables(result: dict[str, Any]) -> str:
     n = result["n"]
     head = (
         "| system | setting | process start -> last completion | first claim -> last "
-        "completion |\n|---|---|---|---|"
+        "completion | machine CPU per task |\n|---|---|---|---|---|"
     )
     lines = [f"### Drain: {n:,} no-op tasks, one worker process, statistics on for all", "", head]
     for key, entry in result["systems"].items():
-        total, claimed = _figure(entry)
-        lines.append(f"| {_label(key, entry)} | {entry.get('setting', '')} | {total} | {claimed} |")
+        total, claimed, cpu = _figure(entry)
+        lines.append(
+            f"| {_label(key, entry)} | {entry.get('setting', '')} | {total} | {claimed} | {cpu} |"
+        )
     lines += ["", "| ratio (process start -> last completion) | figure | target |", "|---|---|---|"]
     for r in result.get("ratios", []):
         ours = f"{LABELS[r['ours']]}, {r['ours_setting']}"
@@ -596,15 +619,18 @@ def tables(result: dict[str, Any]) -> str:
     if swept:
         lines += ["", "Every setting tried (statistics on):", "", head]
         for key, e in swept:
-            total, claimed = _figure(e)
-            lines.append(f"| {_label(key, e)} | {e.get('setting', '')} | {total} | {claimed} |")
+            total, claimed, cpu = _figure(e)
+            lines.append(
+                f"| {_label(key, e)} | {e.get('setting', '')} | {total} | {claimed} | {cpu} |"
+            )
     plain = result.get("no_statistics", {})
     if plain:
         lines += ["", "Without statistics (information only):", "", head]
         for key, entry in plain.items():
-            total, claimed = _figure(entry)
+            total, claimed, cpu = _figure(entry)
             lines.append(
-                f"| {_label(key, entry)} | {entry.get('setting', '')} | {total} | {claimed} |"
+                f"| {_label(key, entry)} | {entry.get('setting', '')} | {total} | {claimed}"
+                f" | {cpu} |"
             )
     return "\n".join(lines)
 
@@ -615,12 +641,13 @@ def rows(result: dict[str, Any]) -> list[Row]:
     out: list[Row] = []
     for key, entry in result.get("systems", {}).items():
         label = f"{LABELS.get(key, key)}, {entry.get('setting', '')}"
-        total, claimed = _figure(entry)
+        total, claimed, cpu = _figure(entry)
         if entry.get("status") != "ok":
             out.append(Row(NAME, label, total))
             continue
         value = entry.get("drain_per_s")
-        figure = f"{total} (first claim -> last: {claimed}; N={entry.get('n', 0):,})"
+        spent = f"; machine CPU {cpu} a task" if cpu else ""
+        figure = f"{total} (first claim -> last: {claimed}; N={entry.get('n', 0):,}{spent})"
         out.append(Row(NAME, label, figure, value))
     for r in result.get("ratios", []):
         system = f"{LABELS[r['ours']]} / best {LABELS[r['theirs']]} ({r['theirs_setting']})"
@@ -630,7 +657,7 @@ def rows(result: dict[str, Any]) -> list[Row]:
             out.append(target_row(NAME, system, "drain ratio", r["ratio"], ">=", r["target"], "x"))
     for key, entry in result.get("no_statistics", {}).items():
         label = f"{LABELS.get(key, key)}, {entry.get('setting', '')}, no statistics (information)"
-        total, claimed = _figure(entry)
+        total, _, _ = _figure(entry)
         value = entry.get("drain_per_s") if entry.get("status") == "ok" else None
         out.append(Row(NAME, label, total, value))
     return out

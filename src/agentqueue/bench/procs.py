@@ -165,6 +165,18 @@ async def run_command(
     raise child._failed("printed no JSON result")
 
 
+def machine_busy_secs() -> float:
+    """Busy CPU seconds of the whole machine since boot: every process on every core (user,
+    nice, system, irq and softirq time from /proc/stat; idle, I/O wait and time stolen by the
+    hypervisor left out). Its difference across a drain is what the drain cost the machine,
+    worker and database alike; the peers' drivers read it the same way
+    (benchmarks/peers/machine.py)."""
+    with open("/proc/stat") as stat:
+        fields = stat.readline().split()[1:8]
+    user, nice, system, _idle, _iowait, irq, softirq = (int(f) for f in fields)
+    return (user + nice + system + irq + softirq) / CLK_TCK
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds the process has used (all its threads), from /proc."""
     stat = Path(f"/proc/{pid}/stat").read_text()
