@@ -219,8 +219,8 @@ def clocks(
     """The figures of one drain from the store's record: failed (no rate) unless all ``n``
     finished; else the rate from process start to the last completion (the headline) and from
     the first claim to the last completion, and with ``machine_cpu_secs`` (the machine's busy
-    CPU from the worker's start to its last completion, every process: procs.machine_busy_secs)
-    the CPU it cost per task, in microseconds."""
+    CPU, every process, from the worker's start until all ``n`` were seen completed:
+    procs.machine_busy_secs) the CPU it cost per task, in microseconds."""
     out: dict[str, Any] = {"n": n, "done": done, "machine_cpu_us_per_task": None}
     if failure is None and done < n:
         failure = f"{done:,} of {n:,} tasks finished"
