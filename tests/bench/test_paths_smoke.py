@@ -74,6 +74,8 @@ def test_paths_and_floor_report_their_figures(bench_db: str, tmp_path: Path) -> 
     # One batch went through the public API first (to take the parameters), the floor the rest.
     assert floor["floor"]["n"] == n - min(settings["claim_batch"], n)
     assert is_number(floor["floor"]["floor_per_s"]) and floor["floor"]["claim_batches"] >= 1
+    spent = floor["floor"]["machine_cpu_us_per_task"]  # what the statements cost a task
+    assert is_number(spent) and spent > 0
     assert floor["drain"]["n"] == n and is_number(floor["fraction"])
 
     targets = {(t["benchmark"], t["figure"].split(":")[0]) for t in doc["targets"]}

@@ -39,6 +39,7 @@ from .child import DRAIN_SETTINGS
 from .common import NOOP, BenchContext, Row, fmt_rate, rate, ratio, target_row
 from .db import count
 from .drain import drain_agentqueue, preload_fresh
+from .procs import machine_busy_secs
 
 NAME = "floor"
 WORKER = "bench-floor"
@@ -161,6 +162,7 @@ async def run_floor(
                 slots.release()
 
     try:
+        busy = machine_busy_secs()
         started = time.perf_counter()
         workers = [asyncio.create_task(completer(c)) for c in conns[claims:]]
         await asyncio.gather(*(claimer(c) for c in conns[:claims]))
@@ -168,6 +170,7 @@ async def run_floor(
             claimed.put_nowait(None)
         await asyncio.gather(*workers)
         elapsed = time.perf_counter() - started
+        busy = machine_busy_secs() - busy
     finally:
         for conn in conns:
             await conn.close()
@@ -177,6 +180,9 @@ async def run_floor(
         "n": n_left,
         "floor_per_s": rate(n_left, elapsed),
         "floor_secs": elapsed,
+        # What the statements alone cost the machine a task (the server's work and psycopg's),
+        # read as the drain benchmark reads each system's (procs.machine_busy_secs).
+        "machine_cpu_us_per_task": busy / n_left * 1e6,
         "claim_batches": batches["claim"],
         "complete_batches": batches["complete"],
     }
@@ -260,7 +266,8 @@ def rows(result: dict[str, Any]) -> list[Row]:
         Row(
             NAME,
             "floor program (claim + complete SQL only)",
-            f"{fmt_rate(floor['floor_per_s'])} (N={floor['n']:,}, {setting})",
+            f"{fmt_rate(floor['floor_per_s'])} (N={floor['n']:,}, {setting}; machine CPU"
+            f" {floor['machine_cpu_us_per_task']:,.0f} us a task)",
             floor["floor_per_s"],
         ),
         Row(
