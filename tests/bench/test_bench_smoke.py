@@ -61,6 +61,12 @@ def test_smoke_run_reports_every_benchmark(bench_db: str, tmp_path: Path) -> Non
         figures = admission["systems"][backend]
         for run in ("drain_off", "drain_on"):
             assert is_number(figures[run]["drain_per_s"]) and figures[run]["drain_per_s"] > 0
+            # Planner statistics of the preload on PostgreSQL, as for the drain; none on SQLite.
+            stats = figures[run]["statistics"]
+            if backend == "sqlite":
+                assert stats is None
+            else:
+                assert stats["last_analyze"] is not None and stats["reltuples"] == sanity["n"]
         for run in ("latency_off", "latency_on"):
             assert is_number(figures[run]["p99_ms"])
         assert is_number(figures["drain_ratio"])

@@ -18,6 +18,12 @@ def is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def analyzed(stats: dict[str, object] | None, n: int) -> bool:
+    """Whether PostgreSQL's planner had statistics of the ``n`` preloaded tasks as the drain
+    began (ANALYZE ran after the preload: it counted them, and said when)."""
+    return bool(stats and stats["last_analyze"] is not None and stats["reltuples"] == n)
+
+
 def test_paths_and_floor_report_their_figures(bench_db: str, tmp_path: Path) -> None:
     out = tmp_path / "results"
     done = subprocess.run(
@@ -46,6 +52,8 @@ def test_paths_and_floor_report_their_figures(bench_db: str, tmp_path: Path) -> 
         assert routed["passes"][f"drain_{way}"]["n"] == n
         assert is_number(routed["passes"][f"drain_{way}"]["drain_per_s"])
         assert len(routed["passes"][f"drain_{way}"]["rounds_per_s"]) == routed["rounds"] == 1
+        # Every way drained with planner statistics, taken after its preload (as the drain).
+        assert analyzed(routed["passes"][f"drain_{way}"]["statistics"], n)
         latency = routed["latency"][way]
         assert is_number(latency["p50_ms"]) and latency["p50_ms"] <= latency["p99_ms"]
         # Measured to the handler's start, which follows the recorded start (taken as the
@@ -65,6 +73,7 @@ def test_paths_and_floor_report_their_figures(bench_db: str, tmp_path: Path) -> 
         drained = agent["end_to_end"][way]
         assert drained["routed_to"] == "bench_true" and drained["n"] > 0
         assert is_number(drained["agent_tasks_per_s"]) and drained["agent_tasks_per_s"] > 0
+        assert analyzed(drained["statistics"], drained["n"])
     assert is_number(attempts["bare_fork_exec"]["p50_ms"])
 
     floor = doc["results"]["floor"]
@@ -77,6 +86,8 @@ def test_paths_and_floor_report_their_figures(bench_db: str, tmp_path: Path) -> 
     spent = floor["floor"]["machine_cpu_us_per_task"]  # what the statements cost a task
     assert is_number(spent) and spent > 0
     assert floor["drain"]["n"] == n and is_number(floor["fraction"])
+    # Both sides of the fraction ran with planner statistics.
+    assert analyzed(floor["floor"]["statistics"], n) and analyzed(floor["drain"]["statistics"], n)
 
     targets = {(t["benchmark"], t["figure"].split(":")[0]) for t in doc["targets"]}
     assert {

@@ -170,7 +170,8 @@ async def run(ctx: BenchContext) -> dict[str, Any]:
         "executing against it under the admission lock. Admission off: the "
         "default settings, where a task is admitted as it is submitted.",
         f"Drain as in the drain benchmark (N={sizes.drain_n:,}, one worker process, concurrency "
-        f"{sizes.drain_concurrency}), admission off then on, each on a fresh database. The cap "
+        f"{sizes.drain_concurrency}), admission off then on, each on a fresh database (on "
+        "PostgreSQL with planner statistics: ANALYZE after the preload). The cap "
         f"({MAX_ACTIVE:,}) is above the worker's concurrency, so it never idles the worker by "
         "itself: the difference is the cost of admitting in the claim (the lock, the count, the "
         "admit event and its hash).",

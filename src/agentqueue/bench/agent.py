@@ -30,7 +30,7 @@ from ..executors.isolation import default_user, resolve
 from ..executors.subprocess import CommandAgent
 from ..queue import AsyncQueue
 from .common import BenchContext, Row, fmt_ms, fmt_rate, percentile, target_row
-from .db import count, fresh_url, preload
+from .db import analyze, count, fresh_url, preload
 from .drain import describe, drain_preloaded
 from .isolation import POSTGRES_PORT, _attempt_ms
 
@@ -73,6 +73,7 @@ async def end_to_end(ctx: BenchContext, way: str, n: int, concurrency: int) -> d
         enqueue_rate = await preload(queue, n, TASK_TYPE)
     finally:
         await queue.close()
+    await analyze(url)  # planner statistics, as autovacuum would give after the load
     result = await drain_preloaded(ctx, "postgresql", url, n, concurrency, enqueue_rate, settings)
     queue = AsyncQueue(url, actor="bench")
     try:
@@ -91,6 +92,7 @@ async def end_to_end(ctx: BenchContext, way: str, n: int, concurrency: int) -> d
         "drain_secs": result["drain_secs"],
         "worker_cpu_percent": result["cpu_percent"],
         "routed_to": routed_to,
+        "statistics": result["statistics"],
     }
 
 
@@ -168,7 +170,8 @@ async def run(ctx: BenchContext) -> dict[str, Any]:
         "attempts": attempts,
         "end_to_end": drains,
         "notes": [
-            f"End to end: N={n:,} tasks of the agent's type preloaded on PostgreSQL, one worker "
+            f"End to end: N={n:,} tasks of the agent's type preloaded on PostgreSQL (then "
+            "ANALYZE), one worker "
             f"process with one command agent ({TRUE}, max_concurrent {concurrency}, worker "
             f"concurrency {concurrency}); the scheduler routes each task to it; time from worker "
             "start to the last completion recorded.",

@@ -87,7 +87,8 @@ async def run(ctx: BenchContext) -> dict[str, Any]:
         }
     out["notes"] = [
         f"Idle: a worker watched for {ctx.sizes.idle_secs:g} s after start-up; busy: a worker "
-        f"draining {ctx.sizes.busy_n:,} no-op tasks. CPU as % of one core; RSS is VmHWM."
+        f"draining {ctx.sizes.busy_n:,} no-op tasks (on PostgreSQL with planner statistics). "
+        "CPU as % of one core; RSS is VmHWM."
     ]
     return out
 

@@ -124,10 +124,18 @@ def describe(settings: Mapping[str, Any], prefix: str = "") -> str:
 
 
 async def preload_fresh(
-    ctx: BenchContext, backend: Backend, n: int, settings: Mapping[str, Any] | None = None
+    ctx: BenchContext,
+    backend: Backend,
+    n: int,
+    settings: Mapping[str, Any] | None = None,
+    *,
+    analyze: bool = True,
 ) -> tuple[str, float]:
     """Preload ``n`` no-op tasks on a fresh database, submitted under ``settings`` overrides
-    (under admission limits they stay pending); return its URL and the submit rate."""
+    (under admission limits they stay pending); return its URL and the submit rate. With
+    ``analyze`` (the default) PostgreSQL's tables then get planner statistics, as autovacuum
+    would give them after a bulk load; only the drain benchmark's pass for information goes
+    without."""
     url = await fresh_url(ctx, backend, "drain")
     queue = (
         AsyncQueue(url, actor="bench", settings=Settings(**settings))
@@ -140,6 +148,8 @@ async def preload_fresh(
         bar.close()
     finally:
         await queue.close()
+    if analyze:
+        await analyze_tables(url)
     return url, enqueue_rate
 
 
@@ -158,6 +168,7 @@ async def drain_preloaded(
     args: dict[str, Any] = {"url": url, "n": n, "concurrency": concurrency}
     if settings:
         args["settings"] = dict(settings)
+    stats = await statistics(url)
     child = await Child.start("drain", args, ctx.work_dir, f"drain-{backend}")
     result = await child.message("result", within=max(120.0, n / 100))
     await child.wait(30)
@@ -183,6 +194,7 @@ async def drain_preloaded(
         "cpu_secs": cpu,
         "cpu_percent": 100 * cpu / elapsed if elapsed > 0 else None,
         "peak_rss_mib": mib(result.get("peak_rss_bytes")),
+        "statistics": stats,
     }
     if settings:
         out["overrides"] = dict(settings)
@@ -195,15 +207,14 @@ async def drain_agentqueue(
     backend: Backend,
     n: int,
     concurrency: int,
-    analyze: bool = False,
+    analyze: bool = True,
     settings: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Preload ``n`` no-op tasks on a fresh database, drain them with one worker process; with
-    ``analyze`` the tables get planner statistics after the preload. ``settings`` (nested as in
-    the configuration file) is given to the preloading queue and laid over the worker's."""
-    url, enqueue_rate = await preload_fresh(ctx, backend, n, settings)
-    if analyze:
-        await analyze_tables(url)
+    ``analyze`` (the default) the tables get planner statistics after the preload. ``settings``
+    (nested as in the configuration file) is given to the preloading queue and laid over the
+    worker's."""
+    url, enqueue_rate = await preload_fresh(ctx, backend, n, settings, analyze=analyze)
     return await drain_preloaded(ctx, backend, url, n, concurrency, enqueue_rate, settings)
 
 
@@ -315,9 +326,7 @@ async def as_started(
 ) -> dict[str, Any]:
     """Preload ``n`` no-op tasks on a fresh database (ANALYZE after, with ``analyze``), start
     ``agentqueue worker --app ...`` as a user does, and time it by the store's record."""
-    url, enqueue_rate = await preload_fresh(ctx, run.backend, n)
-    if analyze:
-        await analyze_tables(url)
+    url, enqueue_rate = await preload_fresh(ctx, run.backend, n, analyze=analyze)
     stats = await statistics(url)
     env = dict(os.environ)
     env["AQ_BENCH_APP_DB"] = url
@@ -354,9 +363,7 @@ async def as_started(
 async def tuned(ctx: BenchContext, run: Run, n: int, analyze: bool) -> dict[str, Any]:
     """The bench's tuned drain child on a fresh preload, by the same clocks; its own figure
     (worker start, in its process, to the last completion) beside them."""
-    url, enqueue_rate = await preload_fresh(ctx, run.backend, n)
-    if analyze:
-        await analyze_tables(url)
+    url, enqueue_rate = await preload_fresh(ctx, run.backend, n, analyze=analyze)
     stats = await statistics(url)
     spawned = time.time()
     failure, inner = None, {}

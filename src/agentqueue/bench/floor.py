@@ -38,7 +38,7 @@ from ..worker.tuning import slots_for_handlers, tune
 from .child import DRAIN_SETTINGS
 from .common import NOOP, BenchContext, Row, fmt_rate, rate, ratio, target_row
 from .db import count
-from .drain import drain_agentqueue, preload_fresh
+from .drain import drain_agentqueue, preload_fresh, statistics
 from .procs import machine_busy_secs
 
 NAME = "floor"
@@ -210,6 +210,7 @@ async def run(ctx: BenchContext) -> dict[str, Any]:
         )
     ctx.progress.step("floor: the claim and complete statements alone")
     url, _ = await preload_fresh(ctx, "postgresql", n)
+    stats = await statistics(url)
     queue = AsyncQueue(url, actor="bench")
     try:
         queued = await count(queue, TaskState.QUEUED)
@@ -236,11 +237,12 @@ async def run(ctx: BenchContext) -> dict[str, Any]:
     return {
         "n": n,
         "settings": settings,
-        "floor": floor,
+        "floor": {**floor, "statistics": stats},
         "drain": drained,
         "fraction": ratio(drained["drain_per_s"], floor["floor_per_s"]),
         "notes": [
-            f"Floor: N={n:,} no-op tasks preloaded on PostgreSQL; only the store's named "
+            f"Floor: N={n:,} no-op tasks preloaded on PostgreSQL, then ANALYZE (as for the "
+            "drain); only the store's named "
             f"queries {' and '.join(QUERIES)} run, with the parameters the store sends (taken "
             "from one batch claimed and completed through the public API first, not timed), "
             f"over psycopg: claim batches of {batch}, {claims} claims and {flushes} completions "

@@ -148,7 +148,8 @@ async def run(ctx: BenchContext) -> dict[str, Any]:
         "sanity": sanity,
         "notes": [
             f"PostgreSQL, N={sizes.drain_n:,} no-op tasks, one worker process (concurrency "
-            f"{sizes.drain_concurrency}), each pass on a fresh database; {sizes.routed_rounds} "
+            f"{sizes.drain_concurrency}), each pass on a fresh database with planner statistics "
+            f"(ANALYZE after the preload); {sizes.routed_rounds} "
             "round(s) of the three drains in turn, each way's median rate reported (every "
             "round's in the JSON, rounds_per_s). Unrouted: default "
             f"settings (admitted at submit). Routed: {AGENTS} command agents configured "
