@@ -7,7 +7,8 @@ inside a worker (the one holding the leadership lease) admits them through the l
 which counts queued and executing work against the cap. This benchmark shows what that costs.
 
 For each backend: the drain benchmark's drain (same N, same worker concurrency and tuning) with
-admission off, then on; then the latency benchmark's measurement, off, then on. "On" gives
+admission off and on, in rounds taken in turn (each way's median reported); then the latency
+benchmark's measurement, off, then on. "On" gives
 ``admission.max_active`` both to the queue that submits in this process and to the worker
 process. The on passes are checked: every preloaded task must still be pending, the worker must
 report its admission limited, and a task's admit event must come from the scheduler, after its
@@ -30,6 +31,7 @@ from .common import (
     fmt_ms,
     fmt_rate,
     fmt_ratio,
+    median_pass,
     per_backend,
     ratio,
     target_row,
@@ -55,7 +57,7 @@ class AdmissionNotOn(RuntimeError):
 
 def steps(ctx: BenchContext) -> int:
     """Progress steps of this benchmark."""
-    return 4 * len(BACKENDS)
+    return (2 * ctx.sizes.drain_rounds + 2) * len(BACKENDS)
 
 
 async def drain_pass(ctx: BenchContext, backend: Backend, on: bool) -> dict[str, Any]:
@@ -135,11 +137,19 @@ async def run(ctx: BenchContext) -> dict[str, Any]:
     sanity: dict[str, Any] = {}
     for backend in BACKENDS:
         figures: dict[str, Any] = {}
-        for on in (False, True):
-            what = "on" if on else "off"
-            ctx.progress.step(f"admission: drain on {backend}, admission {what}")
-            figures[f"drain_{what}"] = await drain_pass(ctx, backend, on)
-            ctx.progress.done()
+        drains: dict[bool, list[dict[str, Any]]] = {False: [], True: []}
+        for turn in range(ctx.sizes.drain_rounds):
+            # Off and on in turn, each round starting with the other: the ratio of medians is
+            # what one busy minute of a shared machine moves least.
+            for on in (False, True) if turn % 2 == 0 else (True, False):
+                what = "on" if on else "off"
+                ctx.progress.step(
+                    f"admission: drain on {backend}, admission {what}, round {turn + 1}"
+                )
+                drains[on].append(await drain_pass(ctx, backend, on))
+                ctx.progress.done()
+        for on, results in drains.items():
+            figures[f"drain_{'on' if on else 'off'}"] = median_pass(results)
         for on in (False, True):
             what = "on" if on else "off"
             ctx.progress.step(f"admission: latency on {backend}, admission {what}")
@@ -149,7 +159,8 @@ async def run(ctx: BenchContext) -> dict[str, Any]:
             figures["drain_on"]["drain_per_s"], figures["drain_off"]["drain_per_s"]
         )
         systems[backend] = figures
-        check_on(backend, figures["drain_on"], figures["latency_on"])
+        for drained in drains[True]:  # every round of it, not only the median's
+            check_on(backend, drained, figures["latency_on"])
         drain_on, drain_off = figures["drain_on"], figures["drain_off"]
         sanity[backend] = {
             "admission_on": True,
@@ -170,8 +181,10 @@ async def run(ctx: BenchContext) -> dict[str, Any]:
         "executing against it under the admission lock. Admission off: the "
         "default settings, where a task is admitted as it is submitted.",
         f"Drain as in the drain benchmark (N={sizes.drain_n:,}, one worker process, concurrency "
-        f"{sizes.drain_concurrency}), admission off then on, each on a fresh database (on "
-        "PostgreSQL with planner statistics: ANALYZE after the preload). The cap "
+        f"{sizes.drain_concurrency}), admission off and on in {sizes.drain_rounds} round(s), "
+        "in turn, each round starting with the other way, each drain on a fresh database (on "
+        "PostgreSQL with planner statistics: ANALYZE after the preload); each way's median rate "
+        "reported, every round's in the JSON (rounds_per_s). The cap "
         f"({MAX_ACTIVE:,}) is above the worker's concurrency, so it never idles the worker by "
         "itself: the difference is the cost of admitting in the claim (the lock, the count, the "
         "admit event and its hash).",

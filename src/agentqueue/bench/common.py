@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import itertools
 import math
+import statistics
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -70,8 +71,9 @@ class Sizes:
     dashboard_completed: int = 20_000
     """Of them, completed through the API (what the overview's windows show)."""
     dashboard_renders: int = 30
-    routed_rounds: int = 3
-    """Rounds of the routed benchmark's three drains, taken in turn (medians reported)."""
+    drain_rounds: int = 3
+    """Rounds of the routed benchmark's three drains and of the admission benchmark's two,
+    taken in turn (medians reported)."""
 
     @classmethod
     def for_run(cls, n: int | None, smoke: bool) -> Sizes:
@@ -105,7 +107,7 @@ class Sizes:
                 dashboard_n=2_000,
                 dashboard_completed=200,
                 dashboard_renders=3,
-                routed_rounds=1,
+                drain_rounds=1,
             )
         n = n or cls.drain_n
         return cls(drain_n=n, enqueue_bulk=n, scaling_n=min(n, cls.scaling_n), busy_n=n, api_bulk=n)
@@ -241,6 +243,18 @@ def per_backend(result: Mapping[str, Any]) -> Iterator[tuple[str, str, dict[str,
     under ``systems``: what every per-backend benchmark's rows are made from."""
     for backend, data in result.get("systems", {}).items():
         yield backend, SYSTEMS.get(backend, backend), data
+
+
+def median_pass(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Rounds of one drain as one pass: the round of the median rate stands for it (its other
+    figures with it), ``drain_per_s`` the median of the rounds' rates, and every round's rate
+    in ``rounds_per_s``, in the order they ran."""
+    ranked = sorted(results, key=lambda r: float(r["drain_per_s"] or 0.0))
+    return {
+        **ranked[(len(ranked) - 1) // 2],
+        "drain_per_s": statistics.median(float(r["drain_per_s"]) for r in results),
+        "rounds_per_s": [r["drain_per_s"] for r in results],
+    }
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -19,11 +19,19 @@ limited, a task's admit event from the scheduler after its submit event.
 from __future__ import annotations
 
 import shutil
-import statistics
 from typing import Any
 
 from .admission import LIMITS, admitted_later, drain_pass, traced_drain
-from .common import Backend, BenchContext, Row, fmt_ms, fmt_rate, ratio, target_row
+from .common import (
+    Backend,
+    BenchContext,
+    Row,
+    fmt_ms,
+    fmt_rate,
+    median_pass,
+    ratio,
+    target_row,
+)
 from .drain import describe
 from .latency import WORKER_CONCURRENCY, measure
 
@@ -57,7 +65,7 @@ WAYS = ("unrouted", "routed", "capped")
 
 def steps(ctx: BenchContext) -> int:
     """Progress steps of this benchmark."""
-    return 3 * ctx.sizes.routed_rounds + 3
+    return 3 * ctx.sizes.drain_rounds + 3
 
 
 async def routed_drain(ctx: BenchContext) -> dict[str, Any]:
@@ -107,7 +115,7 @@ async def run(ctx: BenchContext) -> dict[str, Any]:
     """Drain unrouted, routed, capped; latency the same three ways (PostgreSQL)."""
     passes: dict[str, dict[str, Any]] = {}
     drains: dict[str, list[dict[str, Any]]] = {way: [] for way in WAYS}
-    for turn in range(ctx.sizes.routed_rounds):
+    for turn in range(ctx.sizes.drain_rounds):
         # The three drains in turn, each round starting with the next: on a shared machine a
         # ratio of medians over rounds is what one busy minute moves least.
         for way in WAYS[turn % 3 :] + WAYS[: turn % 3]:
@@ -115,13 +123,7 @@ async def run(ctx: BenchContext) -> dict[str, Any]:
             drains[way].append(await _drain(ctx, way))
             ctx.progress.done()
     for way, results in drains.items():
-        # The pass of the median rate stands for the way; every round's rate is kept beside it.
-        ranked = sorted(results, key=lambda r: float(r["drain_per_s"] or 0.0))
-        passes[f"drain_{way}"] = {
-            **ranked[(len(ranked) - 1) // 2],
-            "drain_per_s": statistics.median(float(r["drain_per_s"]) for r in results),
-            "rounds_per_s": [r["drain_per_s"] for r in results],
-        }
+        passes[f"drain_{way}"] = median_pass(results)
     for what, settings in (("unrouted", None), ("routed", ROUTED), ("capped", LIMITS)):
         ctx.progress.step(f"routed: latency, {what}")
         passes[f"latency_{what}"] = await measure(ctx, BACKEND, settings)
@@ -141,7 +143,7 @@ async def run(ctx: BenchContext) -> dict[str, Any]:
             "latency_worker_concurrency": WORKER_CONCURRENCY,
         },
         "passes": passes,
-        "rounds": sizes.routed_rounds,
+        "rounds": sizes.drain_rounds,
         "routed_ratio": ratio(passes["drain_routed"]["drain_per_s"], unrouted),
         "capped_ratio": ratio(passes["drain_capped"]["drain_per_s"], unrouted),
         "latency": {w: _latency(passes[f"latency_{w}"]) for w in ("unrouted", "routed", "capped")},
@@ -149,7 +151,7 @@ async def run(ctx: BenchContext) -> dict[str, Any]:
         "notes": [
             f"PostgreSQL, N={sizes.drain_n:,} no-op tasks, one worker process (concurrency "
             f"{sizes.drain_concurrency}), each pass on a fresh database with planner statistics "
-            f"(ANALYZE after the preload); {sizes.routed_rounds} "
+            f"(ANALYZE after the preload); {sizes.drain_rounds} "
             "round(s) of the three drains in turn, each way's median rate reported (every "
             "round's in the JSON, rounds_per_s). Unrouted: default "
             f"settings (admitted at submit). Routed: {AGENTS} command agents configured "
