@@ -14,15 +14,17 @@ import fcntl
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from agentqueue.bench.common import BenchContext, Sizes
-from agentqueue.bench.drain import best, clocks, peer_run, rows, sweep, tables
+from agentqueue.bench.drain import best, clocks, more_rounds, peer_run, rows, sweep, tables
 from agentqueue.bench.peers import PEERS, check_peers, find_root, setup_peers
 from agentqueue.bench.procs import machine_busy_secs
 
@@ -37,7 +39,7 @@ def test_drain_reports_both_clocks_and_statistics(bench_db: str, tmp_path: Path)
     out = tmp_path / "results"
     done = subprocess.run(
         [sys.executable, "-m", "agentqueue.cli", "bench", "drain", "--smoke", "--n", "100",
-         "--no-peers", "--pg", bench_db, "--out", str(out), "--no-progress"],
+         "--rounds", "2", "--no-peers", "--pg", bench_db, "--out", str(out), "--no-progress"],
         capture_output=True,
         text=True,
         timeout=600,  # a generous bound: the machines are shared
@@ -75,7 +77,17 @@ def test_drain_reports_both_clocks_and_statistics(bench_db: str, tmp_path: Path)
         assert systems[key]["statistics"]["last_analyze"] is not None
     plain = drain["no_statistics"]["agentqueue-postgresql"]
     assert plain["analyzed"] is False and plain["statistics"]["reltuples"] <= 0
+    # The worker as users start it was drained in two rounds (--rounds 2) and is reported by
+    # its median; the tuned one, for information, once.
+    for key, entry in systems.items():
+        rounds = entry.get("rounds_per_s")
+        if "tuned" in key:
+            assert rounds is None, key
+        else:
+            assert len(rounds) == 2 and all(is_rate(r) for r in rounds), key
+            assert entry["drain_per_s"] == pytest.approx(statistics.median(rounds)), key
     text = (out / "results.md").read_text()
+    assert "(rounds: " in text
     assert "| system | setting | process start -> last completion | first claim -> last" in text
     assert "completion | machine CPU per task |" in text
     assert "Without statistics (information only):" in text
@@ -144,6 +156,49 @@ def test_a_peer_is_swept_and_reported_at_its_best(bench_db: str, tmp_path: Path)
     fastest = max(entries, key=lambda e: e["drain_per_s"])
     assert top["setting"] == fastest["setting"] and top["drain_per_s"] == fastest["drain_per_s"]
     assert top["knobs"] == fastest["knobs"]
+
+
+@needs_peers
+def test_a_peer_drains_again_at_its_best_and_is_reported_by_its_median(
+    bench_db: str, tmp_path: Path
+) -> None:
+    ctx = context(bench_db, tmp_path)
+    ctx = replace(ctx, sizes=replace(ctx.sizes, drain_rounds=3))
+    errors: list[str] = []
+    systems = {"pgqueuer": asyncio.run(sweep(ctx, PGQUEUER, PGQUEUER.grid[1:2], 100, True, errors))}
+    first = systems["pgqueuer"]["drain_per_s"]
+    asyncio.run(more_rounds(ctx, systems, 100, errors))
+    assert errors == []
+    entry = systems["pgqueuer"]
+    # Three rounds at the setting the sweep chose, the sweep's own the first of them.
+    rounds = entry["rounds_per_s"]
+    assert len(rounds) == 3 and rounds[0] == first and all(is_rate(r) for r in rounds)
+    assert entry["drain_per_s"] == statistics.median(rounds)
+    assert entry["setting"] == "C=100, B=50" and entry["status"] == "ok"
+    assert [e["setting"] for e in entry["sweep"]] == ["C=100, B=50"]  # the sweep is kept
+
+
+def test_a_system_that_fails_a_later_round_is_reported_failed() -> None:
+    ctx = BenchContext(
+        pg_url="postgresql://unused", out_dir=Path("."), work_dir=Path("."),
+        sizes=Sizes.for_run(100, smoke=True, rounds=2), smoke=True, peers=True,
+    )  # fmt: skip
+    failed = {"system": "pgqueuer", "setting": "C=20, B=10", "status": "failed",
+              "error": "not finished within 0s", "n": 100, "drain_per_s": None}  # fmt: skip
+
+    async def again_failing(*_: object) -> dict[str, Any]:
+        return failed
+
+    systems = {"pgqueuer": {**ok(1000.0), "setting": "C=20, B=10", "sweep": []}}
+    errors: list[str] = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("agentqueue.bench.drain.again", again_failing)
+        asyncio.run(more_rounds(ctx, systems, 100, errors))
+    entry = systems["pgqueuer"]
+    assert entry["status"] == "failed" and entry["drain_per_s"] is None
+    assert entry["error"] == "round 2: not finished within 0s"
+    assert entry["rounds_per_s"] == [1000.0, None]
+    assert errors == ["pgqueuer (C=20, B=10), round 2: not finished within 0s"]
 
 
 @needs_peers

@@ -28,6 +28,14 @@ def _missing_extras(progress: bool, chart: bool) -> list[str]:
     "--n", "n", type=click.IntRange(min=10), help="Tasks per drain [default: 20,000; smoke: 500]."
 )
 @click.option(
+    "--rounds",
+    "rounds",
+    type=click.IntRange(min=1, max=20),
+    help="Rounds of the drains the ratios are taken of (drain: agentqueue as started and each "
+    "peer at its best; routed; admission), taken in turn, medians reported [default: 3; "
+    "smoke: 1].",
+)
+@click.option(
     "--pg",
     "pg_url",
     default=DEFAULT_PG,
@@ -72,6 +80,7 @@ def _missing_extras(progress: bool, chart: bool) -> list[str]:
 def bench(
     benchmarks: tuple[str, ...],
     n: int | None,
+    rounds: int | None,
     pg_url: str,
     out_dir: Path | None,
     peers: bool | None,
@@ -123,6 +132,7 @@ def bench(
     options = Options(
         benchmarks=chosen,
         n=n,
+        rounds=rounds,
         pg_url=pg_url,
         out_dir=out_dir,
         peers=peers,

@@ -7,7 +7,7 @@ import math
 import statistics
 import sys
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -72,12 +72,16 @@ class Sizes:
     """Of them, completed through the API (what the overview's windows show)."""
     dashboard_renders: int = 30
     drain_rounds: int = 3
-    """Rounds of the routed benchmark's three drains and of the admission benchmark's two,
-    taken in turn (medians reported)."""
+    """Rounds of the drains the ratios are taken of, each round's in turn (medians reported):
+    the drain benchmark's (agentqueue as started and each peer at its best), the routed
+    benchmark's three and the admission benchmark's two."""
 
     @classmethod
-    def for_run(cls, n: int | None, smoke: bool) -> Sizes:
-        """The full sizes, or the smoke sizes (tiny: the run only proves the code works)."""
+    def for_run(cls, n: int | None, smoke: bool, rounds: int | None = None) -> Sizes:
+        """The full sizes, or the smoke sizes (tiny: the run only proves the code works);
+        ``rounds``, when given, the drains' rounds (drain_rounds) either way."""
+        if rounds is not None:
+            return replace(cls.for_run(n, smoke), drain_rounds=rounds)
         if smoke:
             n = n or 500
             return cls(

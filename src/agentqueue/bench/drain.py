@@ -6,7 +6,10 @@ agentqueue.bench.noop_app:queue`` in a subprocess, default flags (and once with
 ``--concurrency 500``, the default before it was 1000), on PostgreSQL and SQLite; the worker
 the bench tunes for draining runs in its own child beside it, for information. Each peer
 (``benchmarks/peers/``, run by the ``.peers/`` interpreter) is swept over a small grid of its
-own documented knobs and reported at its best setting, every setting kept in the JSON.
+own documented knobs and reported at its best setting, every setting kept in the JSON. Then
+agentqueue as started and each peer at its best run again, in turn, for ``drain_rounds`` in all
+(3; ``--rounds``), and each is reported by its median round: one pass on a shared machine moves
+by more than the ratios it is read for.
 
 The clocks, the same for all: from the worker's process start (wall clock, taken just before it
 is started) to the last completion the store recorded, the headline; and from the first claim
@@ -41,6 +44,7 @@ from .common import (
     Row,
     fmt_rate,
     fmt_ratio,
+    median_pass,
     mib,
     rate,
     ratio,
@@ -98,7 +102,7 @@ LABELS: dict[str, str] = {
 def steps(ctx: BenchContext) -> int:
     """Progress steps of this benchmark."""
     peers = sum(len(peer_settings(ctx, p)) + 1 for p in PEERS) if ctx.peers else 0
-    return len(RUNS) + 1 + peers
+    return len(RUNS) + 1 + peers + (ctx.sizes.drain_rounds - 1) * len(contenders(ctx))
 
 
 def peer_settings(ctx: BenchContext, peer: Peer) -> tuple[Setting, ...]:
@@ -471,8 +475,9 @@ async def sweep(
 
 async def run(ctx: BenchContext) -> dict[str, Any]:
     """The drain of every system: agentqueue as started (and tuned, for information), each
-    peer swept over its grid, all with statistics; then again without statistics (agentqueue
-    as started and every peer at its best setting), for information."""
+    peer swept over its grid, all with statistics; more rounds of agentqueue as started and of
+    each peer at its best (more_rounds); then again without statistics (agentqueue as started
+    and every peer at its best setting), for information."""
     n = ctx.sizes.drain_n
     deadline = deadline_secs(n)
     systems: dict[str, Any] = {}
@@ -490,6 +495,7 @@ async def run(ctx: BenchContext) -> dict[str, Any]:
     if ctx.peers:
         for peer in PEERS:
             systems[peer.name] = await sweep(ctx, peer, peer_settings(ctx, peer), n, True, errors)
+    await more_rounds(ctx, systems, n, errors)
     ctx.progress.step("drain: without statistics (information)")
     head = next(r for r in RUNS if r.key == HEADLINE)
     plain[HEADLINE] = await as_started(ctx, head, n, False, deadline)
@@ -516,6 +522,55 @@ async def run(ctx: BenchContext) -> dict[str, Any]:
     return result
 
 
+def contenders(ctx: BenchContext) -> list[str]:
+    """The systems the ratios are taken of, each drained in every round: agentqueue as a user
+    starts it, and each peer (at its best setting)."""
+    return [r.key for r in RUNS if r.kind == "cli"] + ([p.name for p in PEERS] if ctx.peers else [])
+
+
+async def again(ctx: BenchContext, key: str, setting: str, n: int) -> dict[str, Any]:
+    """One more drain of system ``key`` at ``setting`` (a peer's best), with statistics."""
+    run = next((r for r in RUNS if r.key == key), None)
+    if run is not None:
+        return await as_started(ctx, run, n, True, deadline_secs(n))
+    peer = next(p for p in PEERS if p.name == key)
+    chosen = next(s for s in peer.grid if s.label == setting)
+    try:
+        return await peer_run(ctx, peer, chosen, n, True, deadline_secs(n))
+    except (ChildError, OSError) as exc:
+        return {"system": key, "setting": setting, "knobs": chosen.knobs, "status": "failed",
+                "error": str(exc).splitlines()[0], "n": n, "drain_per_s": None}  # fmt: skip
+
+
+async def more_rounds(
+    ctx: BenchContext, systems: dict[str, Any], n: int, errors: list[str]
+) -> None:
+    """Rounds 2 and on (``sizes.drain_rounds`` in all) of every contender that finished the
+    first, in turn, each round starting with the next system; each is then reported by its
+    median round (every round's rate in ``rounds_per_s``). A system that fails a round is
+    reported failed, as it would be in the first."""
+    keys = [k for k in contenders(ctx) if systems.get(k, {}).get("status") == "ok"]
+    taken: dict[str, list[dict[str, Any]]] = {k: [systems[k]] for k in keys}
+    for turn in range(1, ctx.sizes.drain_rounds):
+        start = turn % len(keys) if keys else 0
+        for key in keys[start:] + keys[:start]:
+            setting = systems[key]["setting"]
+            ctx.progress.step(f"drain: {key} {setting}, round {turn + 1}")
+            taken[key].append(await again(ctx, key, setting, n))
+            ctx.progress.done()
+    for key, results in taken.items():
+        kept = {"sweep": systems[key]["sweep"]} if "sweep" in systems[key] else {}
+        rates = [r.get("drain_per_s") for r in results]
+        failed = [(i, r) for i, r in enumerate(results) if r.get("status") != "ok"]
+        if failed:
+            i, entry = failed[0]
+            errors.append(f"{key} ({entry.get('setting')}), round {i + 1}: {entry.get('error')}")
+            systems[key] = {**entry, "error": f"round {i + 1}: {entry.get('error')}",
+                            "rounds_per_s": rates, **kept}  # fmt: skip
+        else:
+            systems[key] = {**median_pass(results), **kept}
+
+
 def notes(ctx: BenchContext, n: int) -> list[str]:
     """What the reader needs to know to read the drain's figures."""
     out = [
@@ -526,6 +581,11 @@ def notes(ctx: BenchContext, n: int) -> list[str]:
         "Every system's tables get planner statistics after each preload (ANALYZE, as "
         "autovacuum would); the pass without them is for information only. SQLite gathers "
         "none by itself and gets none.",
+        f"Rounds: {ctx.sizes.drain_rounds}. agentqueue as a user starts it and each peer at its "
+        "best setting (the sweep's pick, its first round) are drained that many times, in turn, "
+        "each round starting with the next system; each is reported by its median round, every "
+        "round's rate beside it (JSON: rounds_per_s), and a system that fails a round is "
+        "reported failed. The other rows are single passes.",
         f"agentqueue as a user starts it: `agentqueue worker --app {APP}` (one no-op async "
         "handler), default flags unless named; the bench's tuned worker (its own child, "
         "concurrency 1000, 4 claims and 4 outcome writes in flight) is for information.",
@@ -591,8 +651,10 @@ def _figure(entry: dict[str, Any]) -> tuple[str, str, str]:
     if entry.get("status") != "ok":
         return f"failed: {entry.get('error', '?')}", "", ""
     cpu = entry.get("machine_cpu_us_per_task")
+    rounds = entry.get("rounds_per_s") or []
+    each = f" (rounds: {', '.join(fmt_rate(r) for r in rounds)})" if len(rounds) > 1 else ""
     return (
-        fmt_rate(entry.get("drain_per_s")),
+        fmt_rate(entry.get("drain_per_s")) + each,
         fmt_rate(entry.get("claim_to_done_per_s")),
         "" if cpu is None else f"{cpu:,.0f} us",
     )

@@ -68,6 +68,7 @@ class Options:
 
     benchmarks: tuple[str, ...] = BENCHMARKS
     n: int | None = None
+    rounds: int | None = None
     pg_url: str = "postgresql://postgres@127.0.0.1:5432/aq_bench"
     out_dir: Path | None = None
     peers: bool | None = None
@@ -111,7 +112,7 @@ async def run(options: Options) -> RunReport:
     """Run the benchmarks and write results.json (and a timestamped copy), results.md and
     drain.png."""
     started, t0 = datetime.now(UTC), time.perf_counter()
-    sizes = Sizes.for_run(options.n, options.smoke)
+    sizes = Sizes.for_run(options.n, options.smoke, options.rounds)
     out_dir = options.out_dir or default_out_dir()
     out_dir.mkdir(parents=True, exist_ok=True)
     root = find_root()
