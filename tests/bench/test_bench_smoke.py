@@ -158,6 +158,15 @@ def test_a_drain_of_several_rounds_is_reported_by_its_median_round() -> None:
     assert one["rounds_per_s"] == [900.0, 500.0, 700.0]
     two = median_pass(rounds[:2])
     assert two["drain_per_s"] == 700.0 and two["secs"] == 2  # the lower of two stands
+    # Another rate's rounds (the floor program's) by its own key.
+    floors = [
+        {"floor_per_s": 3.0, "secs": 1},
+        {"floor_per_s": 1.0, "secs": 2},
+        {"floor_per_s": 2.0, "secs": 3},
+    ]
+    by_floor = median_pass(floors, "floor_per_s")
+    assert by_floor["floor_per_s"] == 2.0 and by_floor["secs"] == 3
+    assert by_floor["rounds_per_s"] == [3.0, 1.0, 2.0]
 
 
 def test_http_client_reads_answers_split_and_joined() -> None:

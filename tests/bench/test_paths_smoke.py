@@ -86,6 +86,10 @@ def test_paths_and_floor_report_their_figures(bench_db: str, tmp_path: Path) -> 
     spent = floor["floor"]["machine_cpu_us_per_task"]  # what the statements cost a task
     assert is_number(spent) and spent > 0
     assert floor["drain"]["n"] == n and is_number(floor["fraction"])
+    # One round of each with --smoke, reported as its median (every round's rate kept).
+    assert floor["rounds"] == 1
+    assert floor["floor"]["rounds_per_s"] == [floor["floor"]["floor_per_s"]]
+    assert floor["drain"]["rounds_per_s"] == [floor["drain"]["drain_per_s"]]
     # Both sides of the fraction ran with planner statistics.
     assert analyzed(floor["floor"]["statistics"], n) and analyzed(floor["drain"]["statistics"], n)
 

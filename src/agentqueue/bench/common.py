@@ -249,15 +249,15 @@ def per_backend(result: Mapping[str, Any]) -> Iterator[tuple[str, str, dict[str,
         yield backend, SYSTEMS.get(backend, backend), data
 
 
-def median_pass(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Rounds of one drain as one pass: the round of the median rate stands for it (its other
-    figures with it), ``drain_per_s`` the median of the rounds' rates, and every round's rate
-    in ``rounds_per_s``, in the order they ran."""
-    ranked = sorted(results, key=lambda r: float(r["drain_per_s"] or 0.0))
+def median_pass(results: Sequence[Mapping[str, Any]], key: str = "drain_per_s") -> dict[str, Any]:
+    """Rounds of one drain as one pass: the round of the median rate (``key``) stands for it
+    (its other figures with it), ``key`` the median of the rounds' rates, and every round's
+    rate in ``rounds_per_s``, in the order they ran."""
+    ranked = sorted(results, key=lambda r: float(r[key] or 0.0))
     return {
         **ranked[(len(ranked) - 1) // 2],
-        "drain_per_s": statistics.median(float(r["drain_per_s"]) for r in results),
-        "rounds_per_s": [r["drain_per_s"] for r in results],
+        key: statistics.median(float(r[key]) for r in results),
+        "rounds_per_s": [r[key] for r in results],
     }
 
 

@@ -13,7 +13,8 @@ The parameters are taken, not rebuilt: the first claim batch and its completion 
 the public API (``AsyncQueue.claim`` and ``finish``, as the worker calls them) while the
 session records what each named query was sent; the floor then replays those parameters,
 with each batch's ids and lock_tokens in the completion's rows. The drain is the drain
-benchmark's, on the same N, in the same run.
+benchmark's, on the same N, in the same run. The floor and the drain run in rounds, in turn
+(``drain_rounds``: 3, 1 with ``--smoke``), and the fraction is of their median rounds.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from ..store.sqlfile import load_queries
 from ..worker.flusher import OUTCOMES_PER_BATCH
 from ..worker.tuning import slots_for_handlers, tune
 from .child import DRAIN_SETTINGS
-from .common import NOOP, BenchContext, Row, fmt_rate, rate, ratio, target_row
+from .common import NOOP, BenchContext, Row, fmt_rate, median_pass, rate, ratio, target_row
 from .db import count
 from .drain import drain_agentqueue, preload_fresh, statistics
 from .procs import machine_busy_secs
@@ -51,7 +52,7 @@ QUERIES = ("claim", "complete")
 
 def steps(ctx: BenchContext) -> int:
     """Progress steps of this benchmark."""
-    return 2
+    return 2 * ctx.sizes.drain_rounds
 
 
 @contextmanager
@@ -208,24 +209,46 @@ async def run(ctx: BenchContext) -> dict[str, Any]:
             f"floor: N={n:,} is under two claim batches ({batch} each, derived from the "
             f"drain's concurrency {ctx.sizes.drain_concurrency}); give --n {2 * batch} or more"
         )
-    ctx.progress.step("floor: the claim and complete statements alone")
-    url, _ = await preload_fresh(ctx, "postgresql", n)
-    stats = await statistics(url)
-    queue = AsyncQueue(url, actor="bench")
-    try:
-        queued = await count(queue, TaskState.QUEUED)
-        floor = await run_floor(
-            url, queued - min(batch, queued), claims, flushes, batch, ctx.sizes.drain_concurrency
-        )
-        done = await count(queue, TaskState.COMPLETED)
-    finally:
-        await queue.close()
-    if done != n:
-        raise RuntimeError(f"floor: {done} of {n} tasks completed")
-    ctx.progress.done()
-    ctx.progress.step("floor: the drain on the same N")
-    drained = await drain_agentqueue(ctx, "postgresql", n, ctx.sizes.drain_concurrency)
-    ctx.progress.done()
+
+    async def floor_once() -> dict[str, Any]:
+        url, _ = await preload_fresh(ctx, "postgresql", n)
+        stats = await statistics(url)
+        queue = AsyncQueue(url, actor="bench")
+        try:
+            queued = await count(queue, TaskState.QUEUED)
+            floor = await run_floor(
+                url,
+                queued - min(batch, queued),
+                claims,
+                flushes,
+                batch,
+                ctx.sizes.drain_concurrency,
+            )
+            done = await count(queue, TaskState.COMPLETED)
+        finally:
+            await queue.close()
+        if done != n:
+            raise RuntimeError(f"floor: {done} of {n} tasks completed")
+        return {**floor, "statistics": stats}
+
+    floors: list[dict[str, Any]] = []
+    drains: list[dict[str, Any]] = []
+    for turn in range(ctx.sizes.drain_rounds):
+        # The floor and the drain in turn, each round starting with the other.
+        for what in ("floor", "drain") if turn % 2 == 0 else ("drain", "floor"):
+            if what == "floor":
+                ctx.progress.step(
+                    f"floor: the claim and complete statements alone, round {turn + 1}"
+                )
+                floors.append(await floor_once())
+            else:
+                ctx.progress.step(f"floor: the drain on the same N, round {turn + 1}")
+                drains.append(
+                    await drain_agentqueue(ctx, "postgresql", n, ctx.sizes.drain_concurrency)
+                )
+            ctx.progress.done()
+    floor = median_pass(floors, "floor_per_s")
+    drained = median_pass(drains)
     settings = {
         "concurrency": ctx.sizes.drain_concurrency,
         "claim_batch": batch,
@@ -237,7 +260,8 @@ async def run(ctx: BenchContext) -> dict[str, Any]:
     return {
         "n": n,
         "settings": settings,
-        "floor": {**floor, "statistics": stats},
+        "rounds": ctx.sizes.drain_rounds,
+        "floor": floor,
         "drain": drained,
         "fraction": ratio(drained["drain_per_s"], floor["floor_per_s"]),
         "notes": [
@@ -250,7 +274,10 @@ async def run(ctx: BenchContext) -> dict[str, Any]:
             "completed (as the drain worker), a completion taking every claimed row at hand up "
             f"to {OUTCOMES_PER_BATCH}. Only the ids and lock_tokens pass between.",
             f"Drain: the drain benchmark's (one worker process, concurrency "
-            f"{ctx.sizes.drain_concurrency}, same N), right after, on a fresh database.",
+            f"{ctx.sizes.drain_concurrency}, same N), on a fresh database.",
+            f"Rounds: {ctx.sizes.drain_rounds} of the floor and the drain, in turn, each round "
+            "starting with the other; each reported by its median round (every round's rate in "
+            "the JSON, rounds_per_s), the fraction of the medians.",
         ],
     }
 
