@@ -282,6 +282,12 @@ async def run(ctx: BenchContext) -> dict[str, Any]:
     }
 
 
+def _rounds(figures: Mapping[str, Any]) -> str:
+    """``; rounds: 12,416/s, 11,127/s`` when there was more than one, else nothing."""
+    rounds = figures.get("rounds_per_s") or []
+    return f"; rounds: {', '.join(fmt_rate(r) for r in rounds)}" if len(rounds) > 1 else ""
+
+
 def rows(result: dict[str, Any]) -> list[Row]:
     """The floor's rate, the drain's, and the fraction (target >= 50%)."""
     floor, drained = result["floor"], result["drain"]
@@ -296,13 +302,13 @@ def rows(result: dict[str, Any]) -> list[Row]:
             NAME,
             "floor program (claim + complete SQL only)",
             f"{fmt_rate(floor['floor_per_s'])} (N={floor['n']:,}, {setting}; machine CPU"
-            f" {floor['machine_cpu_us_per_task']:,.0f} us a task)",
+            f" {floor['machine_cpu_us_per_task']:,.0f} us a task{_rounds(floor)})",
             floor["floor_per_s"],
         ),
         Row(
             NAME,
             system,
-            f"drain: {fmt_rate(drained['drain_per_s'])} (N={drained['n']:,})",
+            f"drain: {fmt_rate(drained['drain_per_s'])} (N={drained['n']:,}{_rounds(drained)})",
             drained["drain_per_s"],
         ),
         target_row(NAME, system, "drain / floor", result["fraction"], ">=", FRACTION_TARGET, "x"),
