@@ -137,11 +137,12 @@ def test_api_smoke_run_reports_every_figure(bench_db: str, tmp_path: Path) -> No
 
 
 def test_rounds_split_every_task() -> None:
-    from agentqueue.bench.api import _rotated, _split
+    from agentqueue.bench.api import _split
+    from agentqueue.bench.common import rotated
 
     assert _split(10_000, 4) == [2500] * 4
     assert _split(10, 4) == [2, 2, 3, 3] and _split(3, 4) == [1, 1, 1]
-    assert _rotated([None, 1, 2], 1) == [1, 2, None]
+    assert rotated([None, 1, 2], 1) == [1, 2, None]
 
 
 def test_a_drain_of_several_rounds_is_reported_by_its_median_round() -> None:

@@ -34,6 +34,7 @@ from .common import (
     median_pass,
     per_backend,
     ratio,
+    rotated,
     target_row,
 )
 from .db import count
@@ -141,7 +142,7 @@ async def run(ctx: BenchContext) -> dict[str, Any]:
         for turn in range(ctx.sizes.drain_rounds):
             # Off and on in turn, each round starting with the other: the ratio of medians is
             # what one busy minute of a shared machine moves least.
-            for on in (False, True) if turn % 2 == 0 else (True, False):
+            for on in rotated([False, True], turn):
                 what = "on" if on else "off"
                 ctx.progress.step(
                     f"admission: drain on {backend}, admission {what}, round {turn + 1}"

@@ -52,6 +52,7 @@ from .common import (
     percentile,
     rate,
     ratio,
+    rotated,
     target_row,
 )
 from .db import analyze, fresh_url, specs
@@ -185,10 +186,6 @@ def _split(n: int, rounds: int) -> list[int]:
     return [n // rounds + (1 if i >= rounds - n % rounds else 0) for i in range(rounds)]
 
 
-def _rotated(items: list[Any], by: int) -> list[Any]:
-    return items[by % len(items) :] + items[: by % len(items)]
-
-
 @dataclass
 class Sum:
     """One side's parts added up over the rounds of a measurement."""
@@ -319,7 +316,7 @@ async def _singles(
     api = {workers: Sum() for workers in servers}
     sides: list[int | None] = [None, *servers]  # None: the Python API
     for turn, n in enumerate(_split(s.api_one, s.api_rounds)):
-        for side in _rotated(sides, turn):
+        for side in rotated(sides, turn):
             if side is None:
                 done = await python_api(ctx, url, n, 0, 1, s.api_warm)
                 python.add_python(float(done["one_secs"]), float(done["one_cpu_secs"]), n)
@@ -354,7 +351,7 @@ async def _bulk(ctx: BenchContext, url: str, server: Child, port: int) -> dict[s
     python, api = Sum(), Sum()
     requests = 0
     for turn, n in enumerate(_split(s.api_bulk, s.api_rounds)):
-        for side in _rotated(["python", "api"], turn):
+        for side in rotated(["python", "api"], turn):
             if side == "python":
                 done = await python_api(ctx, url, 0, n, s.api_batch, s.api_warm)
                 python.add_python(float(done["bulk_secs"]), float(done["bulk_cpu_secs"]), n)

@@ -32,8 +32,8 @@ def _missing_extras(progress: bool, chart: bool) -> list[str]:
     "rounds",
     type=click.IntRange(min=1, max=20),
     help="Rounds of the drains the ratios are taken of (drain: agentqueue as started and each "
-    "peer at its best; routed; admission), taken in turn, medians reported [default: 3; "
-    "smoke: 1].",
+    "peer at its best; routed; admission; floor: the floor program and its drain), taken in "
+    "turn, medians reported [default: 3; smoke: 1].",
 )
 @click.option(
     "--pg",

@@ -74,7 +74,7 @@ class Sizes:
     drain_rounds: int = 3
     """Rounds of the drains the ratios are taken of, each round's in turn (medians reported):
     the drain benchmark's (agentqueue as started and each peer at its best), the routed
-    benchmark's three and the admission benchmark's two."""
+    benchmark's three, the admission benchmark's two, and the floor program and its drain."""
 
     @classmethod
     def for_run(cls, n: int | None, smoke: bool, rounds: int | None = None) -> Sizes:
@@ -247,6 +247,15 @@ def per_backend(result: Mapping[str, Any]) -> Iterator[tuple[str, str, dict[str,
     under ``systems``: what every per-backend benchmark's rows are made from."""
     for backend, data in result.get("systems", {}).items():
         yield backend, SYSTEMS.get(backend, backend), data
+
+
+def rotated(items: Sequence[Any], by: int) -> list[Any]:
+    """``items`` turned left by ``by`` (the order of round ``by`` when the ways run in turn,
+    each round starting with the next); empty stays empty."""
+    if not items:
+        return []
+    k = by % len(items)
+    return [*items[k:], *items[:k]]
 
 
 def median_pass(results: Sequence[Mapping[str, Any]], key: str = "drain_per_s") -> dict[str, Any]:

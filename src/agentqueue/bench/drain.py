@@ -48,6 +48,7 @@ from .common import (
     mib,
     rate,
     ratio,
+    rotated,
     target_row,
 )
 from .db import analyze as analyze_tables
@@ -552,8 +553,7 @@ async def more_rounds(
     keys = [k for k in contenders(ctx) if systems.get(k, {}).get("status") == "ok"]
     taken: dict[str, list[dict[str, Any]]] = {k: [systems[k]] for k in keys}
     for turn in range(1, ctx.sizes.drain_rounds):
-        start = turn % len(keys) if keys else 0
-        for key in keys[start:] + keys[:start]:
+        for key in rotated(keys, turn):
             setting = systems[key]["setting"]
             ctx.progress.step(f"drain: {key} {setting}, round {turn + 1}")
             taken[key].append(await again(ctx, key, setting, n))

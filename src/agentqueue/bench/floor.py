@@ -37,7 +37,7 @@ from ..store.sqlfile import load_queries
 from ..worker.flusher import OUTCOMES_PER_BATCH
 from ..worker.tuning import slots_for_handlers, tune
 from .child import DRAIN_SETTINGS
-from .common import NOOP, BenchContext, Row, fmt_rate, median_pass, rate, ratio, target_row
+from .common import NOOP, BenchContext, Row, fmt_rate, median_pass, rate, ratio, rotated, target_row
 from .db import count
 from .drain import drain_agentqueue, preload_fresh, statistics
 from .procs import machine_busy_secs
@@ -235,7 +235,7 @@ async def run(ctx: BenchContext) -> dict[str, Any]:
     drains: list[dict[str, Any]] = []
     for turn in range(ctx.sizes.drain_rounds):
         # The floor and the drain in turn, each round starting with the other.
-        for what in ("floor", "drain") if turn % 2 == 0 else ("drain", "floor"):
+        for what in rotated(["floor", "drain"], turn):
             if what == "floor":
                 ctx.progress.step(
                     f"floor: the claim and complete statements alone, round {turn + 1}"

@@ -30,6 +30,7 @@ from .common import (
     fmt_rate,
     median_pass,
     ratio,
+    rotated,
     target_row,
 )
 from .drain import describe
@@ -118,7 +119,7 @@ async def run(ctx: BenchContext) -> dict[str, Any]:
     for turn in range(ctx.sizes.drain_rounds):
         # The three drains in turn, each round starting with the next: on a shared machine a
         # ratio of medians over rounds is what one busy minute moves least.
-        for way in WAYS[turn % 3 :] + WAYS[: turn % 3]:
+        for way in rotated(WAYS, turn):
             ctx.progress.step(f"routed: drain, {way}, round {turn + 1}")
             drains[way].append(await _drain(ctx, way))
             ctx.progress.done()
