@@ -24,7 +24,16 @@ from typing import Any
 import pytest
 
 from agentqueue.bench.common import BenchContext, Sizes
-from agentqueue.bench.drain import best, clocks, more_rounds, peer_run, rows, sweep, tables
+from agentqueue.bench.drain import (
+    best,
+    clocks,
+    contenders,
+    more_rounds,
+    peer_run,
+    rows,
+    sweep,
+    tables,
+)
 from agentqueue.bench.peers import PEERS, check_peers, find_root, setup_peers
 from agentqueue.bench.procs import machine_busy_secs
 
@@ -199,6 +208,40 @@ def test_a_system_that_fails_a_later_round_is_reported_failed() -> None:
     assert entry["error"] == "round 2: not finished within 0s"
     assert entry["rounds_per_s"] == [1000.0, None]
     assert errors == ["pgqueuer (C=20, B=10), round 2: not finished within 0s"]
+
+
+def test_a_peer_picked_by_its_sweep_drains_every_round_again() -> None:
+    # The sweep's pass is the best of several: a round of its own would lean the median up.
+    # agentqueue as started (one pass) keeps its pass as its first round.
+    ctx = BenchContext(
+        pg_url="postgresql://unused", out_dir=Path("."), work_dir=Path("."),
+        sizes=Sizes.for_run(100, smoke=True, rounds=3), smoke=True, peers=True,
+    )  # fmt: skip
+    head = contenders(ctx)[0]
+    swept = [{**ok(3000.0), "setting": "C=1"}, {**ok(9000.0), "setting": "C=2"}]
+    systems = {
+        head: {**ok(500.0), "setting": "defaults"},
+        "pgqueuer": {**swept[1], "sweep": swept},
+    }
+    rates = iter([600.0, 700.0, 1000.0, 2000.0, 4000.0])
+    runs: list[tuple[str, str]] = []
+
+    async def again_once_more(_ctx: object, key: str, setting: str, _n: int) -> dict[str, Any]:
+        runs.append((key, setting))
+        return {**ok(next(rates)), "setting": setting}
+
+    errors: list[str] = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("agentqueue.bench.drain.again", again_once_more)
+        asyncio.run(more_rounds(ctx, systems, 100, errors))
+    assert errors == []
+    # Round 1: only the peer drains; rounds 2 and 3, both, each round starting with the next.
+    assert runs == [("pgqueuer", "C=2"), ("pgqueuer", "C=2"), (head, "defaults"),
+                    (head, "defaults"), ("pgqueuer", "C=2")]  # fmt: skip
+    peer = systems["pgqueuer"]
+    assert peer["rounds_per_s"] == [600.0, 700.0, 4000.0] and peer["drain_per_s"] == 700.0
+    assert peer["sweep"] == swept  # the sweep is kept, its best pass not counted
+    assert systems[head]["rounds_per_s"] == [500.0, 1000.0, 2000.0]
 
 
 @needs_peers

@@ -103,7 +103,9 @@ LABELS: dict[str, str] = {
 def steps(ctx: BenchContext) -> int:
     """Progress steps of this benchmark."""
     peers = sum(len(peer_settings(ctx, p)) + 1 for p in PEERS) if ctx.peers else 0
-    return len(RUNS) + 1 + peers + (ctx.sizes.drain_rounds - 1) * len(contenders(ctx))
+    # A peer picked by a sweep drains every round again (more_rounds); the others one less.
+    again = sum(len(peer_settings(ctx, p)) > 1 for p in PEERS) if ctx.peers else 0
+    return len(RUNS) + 1 + peers + (ctx.sizes.drain_rounds - 1) * len(contenders(ctx)) + again
 
 
 def peer_settings(ctx: BenchContext, peer: Peer) -> tuple[Setting, ...]:
@@ -543,17 +545,30 @@ async def again(ctx: BenchContext, key: str, setting: str, n: int) -> dict[str, 
                 "error": str(exc).splitlines()[0], "n": n, "drain_per_s": None}  # fmt: skip
 
 
+def picked(entry: dict[str, Any]) -> bool:
+    """Whether ``entry``'s pass was picked from several (a peer's sweep over more than one
+    setting): the best of several passes, so not a round of its own. Taken as one, it would
+    lean the system's median up by the luck of the sweep."""
+    return len(entry.get("sweep", ())) > 1
+
+
 async def more_rounds(
     ctx: BenchContext, systems: dict[str, Any], n: int, errors: list[str]
 ) -> None:
-    """Rounds 2 and on (``sizes.drain_rounds`` in all) of every contender that finished the
-    first, in turn, each round starting with the next system; each is then reported by its
-    median round (every round's rate in ``rounds_per_s``). A system that fails a round is
+    """The rounds (``sizes.drain_rounds``) of every contender that finished its first pass,
+    taken in turn, each round starting with the next system; each is then reported by its
+    median round (every round's rate in ``rounds_per_s``). A pass that stands alone (agentqueue
+    as started, a peer run at one setting) is its first round; a peer picked by a sweep drains
+    every round again at the setting picked (see ``picked``). A system that fails a round is
     reported failed, as it would be in the first."""
     keys = [k for k in contenders(ctx) if systems.get(k, {}).get("status") == "ok"]
-    taken: dict[str, list[dict[str, Any]]] = {k: [systems[k]] for k in keys}
-    for turn in range(1, ctx.sizes.drain_rounds):
+    taken: dict[str, list[dict[str, Any]]] = {
+        k: [] if picked(systems[k]) else [systems[k]] for k in keys
+    }
+    for turn in range(ctx.sizes.drain_rounds):
         for key in rotated(keys, turn):
+            if len(taken[key]) > turn:
+                continue  # its first pass is this round
             setting = systems[key]["setting"]
             ctx.progress.step(f"drain: {key} {setting}, round {turn + 1}")
             taken[key].append(await again(ctx, key, setting, n))
@@ -582,8 +597,9 @@ def notes(ctx: BenchContext, n: int) -> list[str]:
         "autovacuum would); the pass without them is for information only. SQLite gathers "
         "none by itself and gets none.",
         f"Rounds: {ctx.sizes.drain_rounds}. agentqueue as a user starts it and each peer at its "
-        "best setting (the sweep's pick, its first round) are drained that many times, in turn, "
-        "each round starting with the next system; each is reported by its median round, every "
+        "best setting are drained that many times, in turn, each round starting with the next "
+        "system (a peer picked by its sweep drains every round again: the sweep's pass, the best "
+        "of several, is not one of them); each is reported by its median round, every "
         "round's rate beside it (JSON: rounds_per_s), and a system that fails a round is "
         "reported failed. The other rows are single passes.",
         f"agentqueue as a user starts it: `agentqueue worker --app {APP}` (one no-op async "
