@@ -6,11 +6,12 @@ version gets an entry in every index it matches. This program measures that writ
 nothing of the drain around it, and again with each index the claim's new row versions enter
 left out, to show what each costs and what dropping one would save.
 
-Preloads N no-op tasks (queued) through the store, then ANALYZE. Each measurement is one
-transaction, rolled back: the named indexes dropped (``DROP INDEX`` is transactional), then a
-claim's row change for a batch of queued tasks picked by ctid (so even the primary key can be
-left out), as ``EXPLAIN (ANALYZE, WAL)``: the statement's time and its WAL records per row. The
-variants run in turn, ``--rounds`` times, and each is reported by its median::
+Preloads N no-op tasks (queued) as every benchmark does (``bench.drain.preload_fresh``: a fresh
+database, then ANALYZE). Each measurement is one transaction, rolled back: the named indexes
+dropped (``DROP INDEX`` is transactional), then a claim's row change for a batch of queued
+tasks picked by ctid (so even the primary key can be left out), as ``EXPLAIN (ANALYZE, WAL)``:
+the statement's time and its WAL records per row. The variants run in turn, ``--rounds`` times,
+and each is reported by its median::
 
     .venv/bin/python benchmarks/index_cost.py [--n 20000] [--batch 2000] [--rounds 5]
 
@@ -25,8 +26,13 @@ import asyncio
 import os
 import re
 import statistics
+import tempfile
+from pathlib import Path
 
 import psycopg
+
+from agentqueue.bench.common import BenchContext, Sizes
+from agentqueue.bench.drain import preload_fresh
 
 CLAIM_CHANGE = """
 UPDATE aq_tasks t SET state = 'executing', lock_token = gen_random_uuid(), locked_at = now(),
@@ -39,21 +45,11 @@ WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM aq_tasks WHERE state = 'queued'
 
 
 async def _prepare(url: str, n: int) -> None:
-    from agentqueue.bench.common import NOOP
-    from agentqueue.queue import AsyncQueue
-    from agentqueue.store.admin import drop_database, ensure_database, execute
-
-    await drop_database(url)
-    await ensure_database(url)
-    queue = AsyncQueue(url, actor="bench")
-    try:
-        await queue.open()
-        for start in range(0, n, 5_000):
-            count = min(5_000, n - start)
-            await queue.submit_many([{"title": "bench", "task_type": NOOP}] * count)
-    finally:
-        await queue.close()
-    await execute(url, "VACUUM ANALYZE aq_tasks")
+    """N no-op tasks on a fresh database with planner statistics: the benchmarks' own preload
+    (``bench.drain.preload_fresh``), as every drain gets it."""
+    with tempfile.TemporaryDirectory() as work:
+        ctx = BenchContext(pg_url=url, out_dir=Path(work), work_dir=Path(work), sizes=Sizes())
+        await preload_fresh(ctx, "postgresql", n)
 
 
 def _indexes(conn: psycopg.Connection) -> list[tuple[str, str | None]]:
@@ -83,7 +79,7 @@ def _entered(conn: psycopg.Connection, indexes: list[tuple[str, str | None]]) ->
     return out
 
 
-def _measure(conn: psycopg.Connection, drop: list[str], batch: int) -> tuple[float, float, int]:
+def _measure(conn: psycopg.Connection, drop: list[str], batch: int) -> tuple[float, float]:
     """Microseconds and WAL records per row of one claim's row change, ``drop`` left out."""
     with conn.transaction(force_rollback=True):
         for name in drop:
@@ -101,7 +97,7 @@ def _measure(conn: psycopg.Connection, drop: list[str], batch: int) -> tuple[flo
     rows = int(scanned[0]) if scanned else batch
     total = float(re.findall(r"Execution Time: ([\d.]+) ms", plan)[0])
     records = int(re.findall(r"WAL: records=(\d+)", plan)[0])
-    return total * 1000 / rows, records / rows, rows
+    return total * 1000 / rows, records / rows
 
 
 def main() -> None:
@@ -122,8 +118,7 @@ def main() -> None:
         _measure(conn, [], args.batch)  # warm the caches
         for _ in range(args.rounds):
             for label, drop in variants.items():
-                us, wal, _rows = _measure(conn, drop, args.batch)
-                figures[label].append((us, wal))
+                figures[label].append(_measure(conn, drop, args.batch))
     print(
         f"aq_tasks: {len(indexes)} indexes; a claimed row version enters {len(entered)}: "
         f"{', '.join(entered)}. N={args.n:,}, a claim's row change for {args.batch:,} rows, "

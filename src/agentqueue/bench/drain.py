@@ -103,7 +103,8 @@ LABELS: dict[str, str] = {
 def steps(ctx: BenchContext) -> int:
     """Progress steps of this benchmark."""
     peers = sum(len(peer_settings(ctx, p)) + 1 for p in PEERS) if ctx.peers else 0
-    # A peer picked by a sweep drains every round again (more_rounds); the others one less.
+    # The rounds after each contender's first pass, and one more for each peer its sweep picks
+    # (its sweep's pass is not a round: it drains every round afresh, see more_rounds).
     again = sum(len(peer_settings(ctx, p)) > 1 for p in PEERS) if ctx.peers else 0
     return len(RUNS) + 1 + peers + (ctx.sizes.drain_rounds - 1) * len(contenders(ctx)) + again
 
