@@ -13,7 +13,9 @@ import contextvars
 import copy
 import functools
 import inspect
+import math
 import threading
+import time
 import traceback
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -211,6 +213,68 @@ class TaskContext:
             return (LogChunk("log", "\n".join(self._lines), self._truncated),)
 
 
+DEADLINE_TICK_SECS = 0.05
+"""The async handlers' deadlines are kept to this grain: an attempt is stopped within it after
+its deadline."""
+
+
+class Deadlines:
+    """The deadlines of running async handlers, on one loop timer per tick of
+    ``DEADLINE_TICK_SECS`` instead of one per attempt. A timer of its own per attempt
+    (``asyncio.timeout``) costs a push onto the loop's heap of timers and, as the attempt
+    ends, a cancelled entry there: with a thousand attempts under way, 6 to 9% of the drain
+    worker's CPU per task (``benchmarks/drain_ab.py``, README, Performance). Here an attempt
+    joins the set of its tick, and a tick's timer cancels the attempts still in it."""
+
+    def __init__(self) -> None:
+        self._due: dict[int, tuple[asyncio.TimerHandle, set[asyncio.Task[Any]]]] = {}
+        self._fired: set[asyncio.Task[Any]] = set()
+
+    def watch(self, deadline: float, task: asyncio.Task[Any]) -> int:
+        """Cancel ``task`` once ``deadline`` (a ``time.monotonic()`` instant) has passed,
+        within a tick; the tick, for :meth:`unwatch`."""
+        tick = math.ceil(deadline / DEADLINE_TICK_SECS)
+        entry = self._due.get(tick)
+        if entry is None:
+            delay = max(0.0, tick * DEADLINE_TICK_SECS - time.monotonic())
+            handle = asyncio.get_running_loop().call_later(delay, self._fire, tick)
+            entry = self._due[tick] = (handle, set())
+        entry[1].add(task)
+        return tick
+
+    def unwatch(self, tick: int, task: asyncio.Task[Any]) -> bool:
+        """Stop watching ``task``: True if its deadline passed and cancelled it (that cancel is
+        withdrawn here, as ``asyncio.timeout`` withdraws its own)."""
+        entry = self._due.get(tick)
+        if entry is not None:
+            entry[1].discard(task)
+            if not entry[1]:
+                entry[0].cancel()
+                del self._due[tick]
+        if task in self._fired:
+            self._fired.discard(task)
+            task.uncancel()
+            return True
+        return False
+
+    @property
+    def watched(self) -> int:
+        """Attempts being watched (none once every attempt has ended)."""
+        return sum(len(tasks) for _, tasks in self._due.values()) + len(self._fired)
+
+    @property
+    def timers(self) -> int:
+        """Ticks with a timer set (none once every attempt has ended)."""
+        return len(self._due)
+
+    def _fire(self, tick: int) -> None:
+        _, tasks = self._due.pop(tick, (None, set()))
+        for task in tasks:
+            if not task.done():
+                self._fired.add(task)
+                task.cancel()
+
+
 def is_async_callable(fn: Callable[..., Any]) -> bool:
     """Whether calling ``fn`` gives a coroutine (an async function, partial or callable)."""
     target = fn.func if isinstance(fn, functools.partial) else fn
@@ -238,6 +302,7 @@ class HandlerExecutor:
         self._pool = ThreadPoolExecutor(
             max_workers=max(1, max_concurrent), thread_name_prefix="agentqueue-handler"
         )
+        self.deadlines = Deadlines()
 
     def close(self) -> None:
         """Stop the thread pool (threads still running a handler finish in the background)."""
@@ -256,15 +321,21 @@ class HandlerExecutor:
     async def _run_async(
         self, handler: Handler, task: Task, ctx: TaskContext, control: AttemptControl
     ) -> AttemptResult:
-        # Runs in the attempt's own asyncio task: a stop cancels that task, the deadline is an
-        # asyncio timeout. No extra futures per attempt: this is the hot path.
+        # Runs in the attempt's own asyncio task: a stop cancels that task, and so does the
+        # deadline (see Deadlines). No extra futures per attempt: this is the hot path.
         current = asyncio.current_task()
         assert current is not None
         control.on_stop(current.cancel)
+        tick = self.deadlines.watch(control.deadline, current)
+        timed_out = False
         try:
-            async with asyncio.timeout(control.remaining()):
+            try:
                 value = await _call_async(handler, task, ctx)
+            finally:
+                timed_out = self.deadlines.unwatch(tick, current)
         except asyncio.CancelledError:
+            if timed_out and not current.cancelling():
+                return _timed_out(task, ctx)  # the deadline's cancel alone
             if not control.cancel.is_set():
                 raise  # the worker itself is being torn down
             current.uncancel()
