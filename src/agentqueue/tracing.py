@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib.util
 import re
 import sys
+import time
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
@@ -116,14 +117,42 @@ def load() -> None:
         import opentelemetry.trace  # noqa: F401
 
 
-def start_attempt(task: Task, enabled: bool) -> AttemptSpan | None:
-    """The span of an attempt of ``task``, started and made current; None when OpenTelemetry
-    is off, not installed, or has no tracer provider set (then nothing would be recorded, and
-    the task's own traceparent is handed on)."""
-    if not enabled or not installed():
-        return None
+PROVIDER_LOOK_SECS = 1.0
+"""While no tracer provider is set, how long the answer "none" is kept before looking again."""
+_provider_looked: list[float] = []
+"""When no tracer provider was last found (``time.monotonic()``); empty once one was."""
+_provider_set: list[bool] = []
+
+
+def _provider_is_set() -> bool:
+    """Whether this process has set a tracer provider (an SDK that records spans). Once set it
+    stays (OpenTelemetry sets it once); while not, the answer is kept for
+    ``PROVIDER_LOOK_SECS`` (asking costs a few microseconds, and every attempt asks)."""
+    if _provider_set:
+        return True
+    now = time.monotonic()
+    if _provider_looked and now - _provider_looked[0] < PROVIDER_LOOK_SECS:
+        return False
     from opentelemetry import trace
 
     if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        _provider_looked[:] = [now]
+        return False
+    _provider_set.append(True)
+    return True
+
+
+def look_again() -> None:
+    """Forget that no tracer provider was found: the next attempt looks again (for a process
+    that sets its provider after its worker started and wants it used at once)."""
+    _provider_looked.clear()
+
+
+def start_attempt(task: Task, enabled: bool) -> AttemptSpan | None:
+    """The span of an attempt of ``task``, started and made current; None when OpenTelemetry
+    is off, not installed, or has no tracer provider set (then nothing would be recorded, and
+    the task's own traceparent is handed on). A provider set while the worker runs is seen
+    within ``PROVIDER_LOOK_SECS``."""
+    if not enabled or not installed() or not _provider_is_set():
         return None  # no SDK set up in this process: no span would be recorded
     return AttemptSpan(task)

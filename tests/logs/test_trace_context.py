@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from agentqueue import AsyncQueue, InvalidInput, TaskState
+from agentqueue import AsyncQueue, InvalidInput, TaskState, tracing
 from worker_run import run_until_ended
 
 AGENT = Path(__file__).with_name("trace_agent.py")
@@ -52,6 +52,7 @@ def spans() -> Iterator[InMemorySpanExporter]:
         provider._aq_test_exporter = True  # type: ignore[attr-defined]
     _exporter.clear()
     _processor.active = True
+    tracing.look_again()  # an earlier test's worker may have found none a moment ago
     yield _exporter
     _processor.active = False
     _exporter.clear()
@@ -248,3 +249,36 @@ async def test_spans_are_off_with_logging_opentelemetry_false(
         await queue.close()
     assert told == [SUBMITTED]  # the task's own context, handed on as submitted
     assert not [s for s in spans.get_finished_spans() if s.name.startswith("agentqueue.")]
+
+
+@pytest.mark.parametrize("how", ["wait", "look_again"])
+def test_a_tracer_provider_set_after_the_worker_looked_is_used_from_the_next_look(
+    how: str,
+) -> None:
+    """Whether a tracer provider is set is asked once per ``PROVIDER_LOOK_SECS`` while none is
+    (every attempt would ask): a provider set later is used from the next look on, or at once
+    after ``look_again``. In a process of its own (the provider can be set once)."""
+    script = f"""
+import sys, time
+sys.path.insert(0, {str(Path(__file__).parent.parent / "domain")!r})
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from agentqueue import tracing
+from task_factory import make_task
+t = make_task()
+assert tracing.start_attempt(t, True) is None  # no provider yet
+trace.set_tracer_provider(TracerProvider())
+assert tracing.start_attempt(t, True) is None, "looked again at once"
+if {how!r} == "wait":
+    time.sleep(tracing.PROVIDER_LOOK_SECS + 0.2)
+else:
+    tracing.look_again()
+span = tracing.start_attempt(t, True)
+assert span is not None, "a provider set a while ago is not used"
+span.end("completed")
+assert tracing.start_attempt(t, False) is None  # off stays off
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+    assert done.stdout.strip() == "ok", done.stderr

@@ -28,11 +28,15 @@ PURGE_ACTION = "purge"
 only one that may outlive its task row, and nothing may follow it."""
 
 
+_CANONICAL = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+"""One encoder for every call (``json.dumps`` with options builds one each time)."""
+
+
 def canonical_json(value: Any) -> str:
     """The one text form of a JSON value that hashes are taken over (sorted keys, no spaces)."""
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    )
+    return _CANONICAL.encode(value)
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
