@@ -41,6 +41,8 @@ LAYERS: dict[str, int] = {
     "bench": 9,
     "client": 9,
     "cli": 9,
+    # The command's entry point: the collector off while it starts, then the CLI.
+    "launch": 9,
     # The package itself (agentqueue/__init__.py): the public names and __version__, which the
     # shells read (the circle check keeps it from importing them back).
     "": 9,

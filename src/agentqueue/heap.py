@@ -31,9 +31,11 @@ default: 700, 10, 10)."""
 
 
 def freeze_startup_heap() -> int:
-    """Collect what is garbage now, freeze the rest, and collect less often from now on; how
-    many objects were frozen."""
+    """Collect what is garbage now, freeze the rest, and collect less often from now on (the
+    collector on, if the command started with it off: ``launch``); how many objects were
+    frozen."""
     gc.collect()
     gc.freeze()
     gc.set_threshold(*SERVING_THRESHOLD)
+    gc.enable()
     return gc.get_freeze_count()

@@ -14,6 +14,10 @@ queue = AsyncQueue(os.environ.get("AGENTQUEUE_DB"))
 
 @queue.handler("heap")
 async def heap(task: Task, ctx: TaskContext) -> Any:
-    """How many objects the process has frozen out of the collector's reach, and how often its
-    collector runs."""
-    return {"frozen": gc.get_freeze_count(), "threshold": list(gc.get_threshold())}
+    """How many objects the process has frozen out of the collector's reach, how often its
+    collector runs, and whether it runs at all."""
+    return {
+        "frozen": gc.get_freeze_count(),
+        "threshold": list(gc.get_threshold()),
+        "collecting": gc.isenabled(),
+    }

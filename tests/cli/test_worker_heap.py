@@ -41,6 +41,55 @@ async def test_a_worker_process_runs_its_tasks_with_the_startup_heap_frozen(
     assert ran.result["frozen"] > 1000
     # The youngest generation is collected every 20,000 allocations, not Python's 700.
     assert ran.result["threshold"] == list(SERVING_THRESHOLD) != list(gc.get_threshold())
+    # The command started with the collector off (agentqueue.launch); the freeze turned it on.
+    assert ran.result["collecting"] is True
+
+
+def _launched(code: str) -> str:
+    """Run ``code`` in a process of its own; its output (it must succeed)."""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout.strip()
+
+
+def test_the_command_starts_with_the_collector_off_and_turns_it_on_after_its_start() -> None:
+    """Whatever the command, the collector is on again STARTUP_SECS after the start (a
+    process that never freezes its heap, as a one-shot command or the bench, must not run on
+    without it), and the timer that turns it on never holds the process open."""
+    out = _launched(
+        """
+import gc, threading, time
+from agentqueue import launch
+launch.collector_off_while_starting()
+timer = [t for t in threading.enumerate() if t.name == "agentqueue-collector-on"]
+print(gc.isenabled(), [t.daemon for t in timer])
+time.sleep(launch.STARTUP_SECS + 0.5)
+print(gc.isenabled())
+"""
+    )
+    assert out.splitlines() == ["False [True]", "True"]
+
+
+def test_a_serving_process_turns_the_collector_on_as_it_freezes_its_startup_heap() -> None:
+    out = _launched(
+        """
+import gc
+from agentqueue import launch
+from agentqueue.heap import freeze_startup_heap
+launch.collector_off_while_starting()
+freeze_startup_heap()
+print(gc.isenabled())
+"""
+    )
+    assert out == "True"
+
+
+def test_the_installed_command_and_python_m_start_through_launch() -> None:
+    script = Path(AGENTQUEUE).read_text()
+    assert "from agentqueue.launch import main" in script
+    main_module = (Path(__file__).parents[2] / "src/agentqueue/cli/__main__.py").read_text()
+    assert "from ..launch import main" in main_module
 
 
 async def test_a_worker_run_in_process_leaves_the_collector_alone(tmp_path: Path) -> None:

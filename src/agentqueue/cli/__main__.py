@@ -1,5 +1,5 @@
 """``python -m agentqueue.cli``: the ``agentqueue`` command."""
 
-from . import main
+from ..launch import main
 
 main()
