@@ -58,3 +58,38 @@ def test_a_task_that_failed_then_completed_counts_once_as_completed() -> None:
         "1 stopped without an outcome, 1 outcome refused; "
         "1 attempt failed and went back to retry"
     )
+
+
+def test_a_long_run_remembers_only_the_tasks_whose_ending_may_still_change() -> None:
+    """Ten thousand tasks completed, a hundred waiting to retry, one stopped: the counts hold
+    every one, and only the hundred and one are remembered by id (a worker running for weeks
+    must not keep an entry for every task it ran)."""
+    summary = RunSummary()
+    done = [uuid4() for _ in range(10_000)]
+    retrying = [uuid4() for _ in range(100)]
+    stopped = uuid4()
+    for t in (*done, *retrying, stopped):
+        summary.claimed(task(t))
+    summary.recorded(
+        [outcome(t, OutcomeKind.COMPLETED) for t in done],
+        {t: task(t, TaskState.COMPLETED) for t in done},
+    )
+    summary.recorded(
+        [outcome(t, OutcomeKind.FAILED) for t in retrying],
+        {t: task(t, TaskState.RETRYING) for t in retrying},
+    )
+    summary.no_outcome(task(stopped))
+    counts = summary.counts()
+    assert counts["tasks"] == 10_101
+    assert (counts["completed"], counts["retrying"], counts["stopped"]) == (10_000, 100, 1)
+    assert summary.remembered == 101
+    # A retried task that then completes is still one task, now completed.
+    summary.claimed(task(retrying[0]))
+    summary.recorded(
+        [outcome(retrying[0], OutcomeKind.COMPLETED)],
+        {retrying[0]: task(retrying[0], TaskState.COMPLETED)},
+    )
+    counts = summary.counts()
+    assert counts["tasks"] == 10_101
+    assert (counts["completed"], counts["retrying"]) == (10_001, 99)
+    assert summary.remembered == 100

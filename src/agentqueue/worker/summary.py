@@ -3,6 +3,11 @@
 A task is counted once, by what its last recorded outcome in this run made of it (a task that
 failed once and then completed on its retry is completed). Attempts that failed and went back
 for a retry are counted apart, as attempts.
+
+A task is remembered by its id only while its ending may still change: once it has ended for
+good (completed, failed, dead-lettered) only the counts keep it, so a worker that runs for
+weeks holds no entry for each task it ever ran. A task that a person sends back to the queue
+after that (``retry``) and this worker claims again counts as a task again.
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ ENDINGS: tuple[tuple[str, str], ...] = (
     ("other", "other"),
 )
 ALWAYS_SHOWN = ("completed", "failed", "dead_lettered")
+_FINAL = frozenset(ALWAYS_SHOWN)
+"""Endings that are for good: the task's state is terminal."""
 
 _BY_STATE = {
     TaskState.COMPLETED: "completed",
@@ -46,17 +53,29 @@ class RunSummary:
 
     def __init__(self) -> None:
         self._ending: dict[UUID, str] = {}
+        """How each task whose ending may still change ended so far."""
+        self._final = 0
+        """Tasks that ended for good, no longer remembered by id."""
         # Kept as endings change, so that counts() is cheap enough to poll (the bench does).
         self._ended: Counter[str] = Counter()
         self.retried = 0
         """Attempts that failed and left their task waiting to retry."""
 
+    @property
+    def remembered(self) -> int:
+        """Tasks remembered by id: those whose ending may still change in this run."""
+        return len(self._ending)
+
     def _end(self, task_id: UUID, ending: str) -> None:
         before = self._ending.get(task_id)
         if before is not None:
             self._ended[before] -= 1
-        self._ending[task_id] = ending
         self._ended[ending] += 1
+        if ending in _FINAL:
+            self._ending.pop(task_id, None)
+            self._final += 1
+        else:
+            self._ending[task_id] = ending
 
     def claimed(self, task: Task) -> None:
         """A task was claimed; until an outcome of it is recorded, it ended unrecorded."""
@@ -87,7 +106,7 @@ class RunSummary:
     def counts(self) -> dict[str, int]:
         """Tasks claimed, tasks by how they ended (every ending, zeros too), attempts retried."""
         return {
-            "tasks": len(self._ending),
+            "tasks": len(self._ending) + self._final,
             **{name: self._ended[name] for name, _ in ENDINGS},
             "retried_attempts": self.retried,
         }
