@@ -104,12 +104,13 @@ async def test_attempts_share_a_timer_per_tick() -> None:
     executor = _executor()
     loop = asyncio.get_running_loop()
     before = len(loop._scheduled)  # type: ignore[attr-defined]
-    deadline = (int(time.monotonic() / DEADLINE_TICK_SECS) + 200) * DEADLINE_TICK_SECS
+    # The middle of one tick ten seconds on: a boundary's float could fall on either side.
+    deadline = (int(time.monotonic() / DEADLINE_TICK_SECS) + 200.5) * DEADLINE_TICK_SECS
     jobs = [
         asyncio.ensure_future(
             executor.run(
                 make_task(task_type="sleep", payload={"secs": 30}),
-                AttemptControl(deadline=deadline - i * 1e-6, timeout_secs=10),
+                AttemptControl(deadline=deadline + i * 1e-6, timeout_secs=10),
             )
         )
         for i in range(100)
