@@ -88,20 +88,46 @@ async def test_tasks_from_table_are_the_tasks_task_from_row_gives(queue: AsyncQu
 
 
 @pytest.mark.postgres
+@pytest.mark.parametrize("binary", [False, True], ids=["text", "binary"])
 @pytest.mark.parametrize("column_type", ["json", "jsonb"])
-def test_postgres_json_loader_gives_what_psycopg_gives(pg_url: str, column_type: str) -> None:
+def test_postgres_json_loader_gives_what_psycopg_gives(
+    pg_url: str, column_type: str, binary: bool
+) -> None:
+    """In both formats: the store asks for binary answers (dialect.BINARY)."""
     query = f"SELECT v::{column_type} FROM unnest(%s::text[]) WITH ORDINALITY AS t(v, i) ORDER BY i"
     with psycopg.connect(pg_url, autocommit=True) as plain:
-        expected: list[Any] = [r[0] for r in plain.execute(query, (JSON_TEXTS,))]
+        expected: list[Any] = [r[0] for r in plain.execute(query, (JSON_TEXTS,), binary=binary)]
     with psycopg.connect(pg_url, autocommit=True, context=ADAPTERS) as ours:
-        got: list[Any] = [r[0] for r in ours.execute(query, (JSON_TEXTS,))]
+        got: list[Any] = [r[0] for r in ours.execute(query, (JSON_TEXTS,), binary=binary)]
     assert got == expected
     assert [type(v) for v in got] == [type(v) for v in expected]
     # Each empty array or object is a value of its own, never one shared by every row.
     assert got[0] == [] and got[1] == {}
     with psycopg.connect(pg_url, autocommit=True, context=ADAPTERS) as ours:
-        first, second = ours.execute(f"SELECT '[]'::{column_type}, '[]'::{column_type}").fetchone()  # type: ignore[misc]
+        first, second = ours.execute(  # type: ignore[misc]
+            f"SELECT '[]'::{column_type}, '[]'::{column_type}", binary=binary
+        ).fetchone()
     assert first == [] and second == [] and first is not second
+
+
+def test_our_json_loaders_serve_both_formats_and_refuse_an_unknown_jsonb_version() -> None:
+    from psycopg.pq import Format
+
+    from agentqueue.store.postgres.dialect import (
+        JsonbBinaryLoader,
+        JsonBinaryLoader,
+        JsonLoader,
+    )
+
+    oids = {name: psycopg.adapters.types[name].oid for name in ("json", "jsonb")}
+    for name, oid in oids.items():
+        assert ADAPTERS.get_loader(oid, Format.TEXT) is JsonLoader, name
+    assert ADAPTERS.get_loader(oids["json"], Format.BINARY) is JsonBinaryLoader
+    assert ADAPTERS.get_loader(oids["jsonb"], Format.BINARY) is JsonbBinaryLoader
+    loader = JsonbBinaryLoader(oids["jsonb"])
+    assert loader.load(b'\x01{"a": []}') == {"a": []}
+    with pytest.raises(psycopg.DataError, match="unknown version"):
+        loader.load(b'\x02{"a": []}')
 
 
 def test_json_text_loads_as_json_loads_does_each_empty_value_its_own() -> None:

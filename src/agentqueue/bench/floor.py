@@ -3,7 +3,8 @@
 The floor program runs only the SQL of a drain on PostgreSQL: claim batches and completion
 batches, the store's own named queries ``claim`` and ``complete`` (read by name from the
 store's query files, so it follows any change to them) with the parameters the store sends,
-over psycopg directly, pipelined as the drain worker is (``claims_in_flight`` claims and
+over psycopg directly, their answers in the format the store asks for (``dialect.BINARY``),
+pipelined as the drain worker is (``claims_in_flight`` claims and
 ``flushes_in_flight`` completions under way at once, each on a connection of its own, as the
 store's pool gives them, and no more tasks claimed and not completed than the worker's
 concurrency). No Python between the statements but handing each claimed row's id
@@ -133,7 +134,7 @@ async def run_floor(
     async def claimer(conn: psycopg.AsyncConnection[Any]) -> None:
         while True:
             await slots.acquire()
-            cur = await conn.execute(claim_sql, claim_params, prepare=True)
+            cur = await conn.execute(claim_sql, claim_params, prepare=True, binary=pg.BINARY)
             rows = await cur.fetchall()
             if not rows:
                 slots.release()
@@ -156,7 +157,7 @@ async def run_floor(
                 rows, taken = rows + more, taken + 1
             items = [{"id": str(r["id"]), "token": str(r["lock_token"]), **template} for r in rows]
             params = {**complete_params, "rows": json.dumps(items)}
-            cur = await conn.execute(complete_sql, params, prepare=True)
+            cur = await conn.execute(complete_sql, params, prepare=True, binary=pg.BINARY)
             completed += len(await cur.fetchall())
             batches["complete"] += 1
             for _ in range(taken):
