@@ -1,7 +1,9 @@
 """Start-up with the collector off: how long the ``agentqueue`` command takes to start as it is
 launched (``agentqueue.launch``: the cyclic collector off while the modules load) against the
 same command entered without that (``agentqueue.cli.main`` called directly), in turn, in one
-sitting.
+sitting. The launched side is ``python -m agentqueue.cli``, which loads the CLI package (click)
+before the launcher turns the collector off; the installed ``agentqueue`` script turns it off
+first, so it gains a little more than measured here.
 
 Measured three ways, each the median of ``--runs`` runs of each variant, taken in turn: the
 worker's time from its process start to its first claim (``agentqueue worker --app

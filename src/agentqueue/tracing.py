@@ -119,33 +119,40 @@ def load() -> None:
 
 PROVIDER_LOOK_SECS = 1.0
 """While no tracer provider is set, how long the answer "none" is kept before looking again."""
-_provider_looked: list[float] = []
-"""When no tracer provider was last found (``time.monotonic()``); empty once one was."""
-_provider_set: list[bool] = []
+
+
+class _ProviderLook:
+    """What this process last found of a tracer provider."""
+
+    found = False
+    """A provider is set (OpenTelemetry sets it once: it stays)."""
+    missed_at: float | None = None
+    """When none was last found (``time.monotonic()``), while none is."""
+
+
+_look = _ProviderLook()
 
 
 def _provider_is_set() -> bool:
-    """Whether this process has set a tracer provider (an SDK that records spans). Once set it
-    stays (OpenTelemetry sets it once); while not, the answer is kept for
-    ``PROVIDER_LOOK_SECS`` (asking costs a few microseconds, and every attempt asks)."""
-    if _provider_set:
+    """Whether this process has set a tracer provider (an SDK that records spans). While it
+    has not, the answer is kept for ``PROVIDER_LOOK_SECS`` (asking costs a few microseconds,
+    and every attempt asks)."""
+    if _look.found:
         return True
     now = time.monotonic()
-    if _provider_looked and now - _provider_looked[0] < PROVIDER_LOOK_SECS:
+    if _look.missed_at is not None and now - _look.missed_at < PROVIDER_LOOK_SECS:
         return False
     from opentelemetry import trace
 
-    if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
-        _provider_looked[:] = [now]
-        return False
-    _provider_set.append(True)
-    return True
+    _look.found = not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+    _look.missed_at = None if _look.found else now
+    return _look.found
 
 
 def look_again() -> None:
     """Forget that no tracer provider was found: the next attempt looks again (for a process
     that sets its provider after its worker started and wants it used at once)."""
-    _provider_looked.clear()
+    _look.missed_at = None
 
 
 def start_attempt(task: Task, enabled: bool) -> AttemptSpan | None:

@@ -10,6 +10,8 @@ from typing import Any
 from agentqueue import AsyncQueue, Task, TaskContext
 
 queue = AsyncQueue(os.environ.get("AGENTQUEUE_DB"))
+COLLECTING_AT_IMPORT = gc.isenabled()
+"""Whether the collector ran as the worker loaded this module, during its start."""
 
 
 @queue.handler("heap")
@@ -20,4 +22,5 @@ async def heap(task: Task, ctx: TaskContext) -> Any:
         "frozen": gc.get_freeze_count(),
         "threshold": list(gc.get_threshold()),
         "collecting": gc.isenabled(),
+        "collecting_at_import": COLLECTING_AT_IMPORT,
     }
