@@ -3,7 +3,8 @@
 ``sitecustomize`` as it starts) and names the output file in ``AQ_SQLITE_STATEMENTS``.
 
 Every ``sqlite3.connect`` of the process gets a connection whose ``execute`` is timed, each
-statement's text with the wall time of its runs, written as JSON when the process exits. The
+statement's text with the wall time of its runs, added to the JSON file when the process exits
+(the worker's writer process, ``?writer=process``, and the worker each add theirs). The
 time is ``execute``'s: all of a write's work (with RETURNING too: SQLite makes every change at
 the first step), and of a read only the work up to its first row. Without the variable nothing
 is changed."""
@@ -11,11 +12,11 @@ is changed."""
 from __future__ import annotations
 
 import atexit
+import fcntl
 import json
 import os
 import sqlite3
 import time
-from pathlib import Path
 from typing import Any
 
 OUT = os.environ.get("AQ_SQLITE_STATEMENTS")
@@ -41,4 +42,15 @@ if OUT:
 
     @atexit.register
     def _write() -> None:
-        Path(OUT).write_text(json.dumps(_runs))
+        # A worker writes SQLite from a process of its own, which exits first: the processes'
+        # runs are added together in the one file, under a lock.
+        with open(OUT, "a+") as out:
+            fcntl.flock(out, fcntl.LOCK_EX)
+            out.seek(0)
+            text = out.read()
+            runs: dict[str, list[float]] = json.loads(text) if text else {}
+            for sql, secs in _runs.items():
+                runs.setdefault(sql, []).extend(secs)
+            out.seek(0)
+            out.truncate()
+            out.write(json.dumps(runs))

@@ -129,6 +129,9 @@ class AsyncQueue:
     and write to one tenant; without it the queue acts for all tenants (as an operator does).
     The schema is migrated on first use. ``open_wait_secs`` bounds how long opening waits for
     a database server that cannot be reached (default: the store's, 15 s for PostgreSQL).
+    ``sqlite_writer`` is where a SQLite database's writer connection lives unless its URL's
+    ``?writer=`` says: ``thread`` (default) or ``process`` (what the long-running commands
+    choose; README, Storage).
     """
 
     def __init__(
@@ -142,6 +145,7 @@ class AsyncQueue:
         store: Store | None = None,
         actor: str = "api",
         open_wait_secs: float | None = None,
+        sqlite_writer: str | None = None,
     ) -> None:
         if settings is None:
             settings = load_settings(config or os.environ.get("AGENTQUEUE_CONFIG") or None)
@@ -151,7 +155,7 @@ class AsyncQueue:
         self.tenant = tenant
         self.actor = actor
         self._rt = Runtime(
-            store=store or make_store(self.url),
+            store=store or make_store(self.url, sqlite_writer=sqlite_writer),
             settings=settings,
             clock=clock or SystemClock(),
         )

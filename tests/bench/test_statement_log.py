@@ -105,5 +105,15 @@ def test_the_sqlite_statements_of_a_process_are_timed_as_it_exits(tmp_path: Path
     assert all(s >= 0 for secs in runs.values() for s in secs)
 
 
+def test_each_process_adds_its_runs_to_the_file(tmp_path: Path) -> None:
+    # A worker and its writer process each write theirs as they exit: neither overwrites.
+    out = tmp_path / "statements.json"
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        _run_timed(tmp_path / name, out)
+    runs = json.loads(out.read_text())
+    assert len(runs["INSERT INTO t (x) VALUES (?)"]) == 6
+
+
 def test_without_its_variable_sqlite_is_left_alone(tmp_path: Path) -> None:
     assert _run_timed(tmp_path, None) == "Connection 3"

@@ -27,8 +27,22 @@ def is_sqlite(url: str) -> bool:
 
 
 def sqlite_path(url: str) -> str:
-    """The file of a ``sqlite:///...`` URL."""
-    return url.removeprefix("sqlite:///")
+    """The file of a ``sqlite:///...`` URL (its options left out)."""
+    return url.removeprefix("sqlite:///").partition("?")[0]
+
+
+@pytest.fixture(
+    params=["sqlite", "sqlite-process", pytest.param("postgres", marks=pytest.mark.postgres)],
+)
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """An empty database of each kind, SQLite twice: its writer connection in the store's
+    thread (the default) and in a process of its own (``?writer=process``, what the
+    long-running commands choose): every store behaviour holds both ways."""
+    if request.param == "postgres":
+        url: str = request.getfixturevalue("pg_url")
+        return url
+    path = f"sqlite:///{tmp_path / 'queue.db'}"
+    return f"{path}?writer=process" if request.param == "sqlite-process" else path
 
 
 class RawDatabase:

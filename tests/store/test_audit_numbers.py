@@ -317,7 +317,7 @@ async def test_migrating_numbers_waiting_events_in_the_order_anchoring_did(
             guard = available("sqlite")[14].sql
             start = guard.index("CREATE TRIGGER aq_events_no_update")
             guard = guard[start : guard.index("END;", start) + 4]
-            with sqlite3.connect(db_url.removeprefix("sqlite:///")) as conn:
+            with sqlite3.connect(db_url.removeprefix("sqlite:///").partition("?")[0]) as conn:
                 conn.execute("DROP TRIGGER aq_events_no_update")
                 conn.execute("UPDATE aq_events SET gseq = NULL")
                 conn.execute(guard)

@@ -147,7 +147,7 @@ async def test_the_tenant_label_is_off_by_default_and_on_with_the_setting(
 
 async def test_the_database_buckets_are_the_domain_buckets(queue: AsyncQueue, db_url: str) -> None:
     if db_url.startswith("sqlite"):
-        with sqlite3.connect(db_url.removeprefix("sqlite:///")) as conn:
+        with sqlite3.connect(db_url.removeprefix("sqlite:///").partition("?")[0]) as conn:
             kept = [r[0] for r in conn.execute("SELECT le FROM aq_metric_buckets ORDER BY le")]
         assert tuple(kept) == BUCKETS
         return

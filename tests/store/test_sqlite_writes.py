@@ -1,12 +1,15 @@
 """A write on SQLite (``SQLiteDialect.write``: claims, completions, inserts, lease renewals) is
-one hand-over to the writer connection's thread, BEGIN, the statement and COMMIT together, and
-each of its statements commits by itself, as on PostgreSQL: the file's one write lock is never
-held while the event loop and the thread hand over."""
+one hand-over to the writer connection (its thread, or its process), BEGIN, the statement and
+COMMIT together, and each of its statements commits by itself, as on PostgreSQL: the file's one
+write lock is never held while the event loop and the writer hand over. Such writes are handed
+over as they come, without waiting for each other; one handed over while a transaction is open
+waits for its end and is never part of it."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -18,23 +21,30 @@ from agentqueue.domain.states import Action, bulk_event
 from agentqueue.store.errors import StoreError
 
 
-@pytest.fixture
-async def queue(tmp_path: Path) -> AsyncIterator[AsyncQueue]:
-    async with AsyncQueue(f"sqlite:///{tmp_path / 'q.db'}") as q:
+@pytest.fixture(params=["thread", "process"])
+async def queue(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[AsyncQueue]:
+    async with AsyncQueue(f"sqlite:///{tmp_path / 'q.db'}?writer={request.param}") as q:
+        assert q.store._d.writer_mode == request.param  # type: ignore[attr-defined]
         yield q
 
 
 def _count_hand_overs(queue: AsyncQueue) -> list[int]:
-    """Counts every call of the writer connection's thread from now on."""
+    """Counts every operation handed to the writer from now on, and (second) the most handed
+    over and not yet answered at once."""
     writer = queue.store._d._writer  # type: ignore[attr-defined]
-    real = writer.run
-    calls = [0]
+    real = writer.submit
+    calls = [0, 0]
+    pending: set[Any] = set()
 
-    async def run(fn: Callable[[Any], Any]) -> Any:
+    def submit(op: str, args: tuple[Any, ...]) -> Any:
         calls[0] += 1
-        return await real(fn)
+        future = real(op, args)
+        pending.add(future)
+        future.add_done_callback(pending.discard)
+        calls[1] = max(calls[1], len(pending))
+        return future
 
-    writer.run = run
+    writer.submit = submit
     return calls
 
 
@@ -83,3 +93,36 @@ def _worker_names(queue: AsyncQueue) -> list[str]:
         return [r[0] for r in conn.execute("SELECT name FROM aq_workers ORDER BY name")]
     finally:
         conn.close()
+
+
+async def test_a_write_waits_for_an_open_transaction_and_is_not_part_of_it(
+    queue: AsyncQueue,
+) -> None:
+    store = queue.store
+    d = store._d  # type: ignore[attr-defined]
+    now = datetime.now(UTC)
+    meanwhile: asyncio.Task[None] | None = None
+    with pytest.raises(RuntimeError, match="rolled back"):
+        async with d.transaction() as s:
+            await s.execute("record_worker", d.codec.params(name="in-tx", slots=1, busy=0, now=now))
+            # A write of another task while the transaction is open: it may not go to the
+            # writer now (it would run inside the transaction, and be rolled back with it).
+            meanwhile = asyncio.create_task(store.record_worker("beside", 1, 0, now))
+            await asyncio.sleep(0.2)
+            assert not meanwhile.done()
+            raise RuntimeError("rolled back")
+    assert meanwhile is not None
+    await asyncio.wait_for(meanwhile, 30)
+    assert _worker_names(queue) == ["beside"]
+
+
+async def test_writes_handed_over_together_all_commit_in_order(queue: AsyncQueue) -> None:
+    store = queue.store
+    now = datetime.now(UTC)
+    before = store.commits
+    calls = _count_hand_overs(queue)
+    # Fifty writes at once: each is handed over without waiting for the one before.
+    await asyncio.gather(*(store.record_worker(f"w{i:02}", 1, 0, now) for i in range(50)))
+    assert calls[0] == 50 and store.commits == before + 50
+    assert calls[1] == 50
+    assert _worker_names(queue) == [f"w{i:02}" for i in range(50)]

@@ -70,6 +70,7 @@ def start_worker(
                 [str(AGENTQUEUE), "--db", db_url, "--config", str(config or config_file),
                  "worker", "--app", "worker_app:queue", *args],
                 cwd=HERE, env=environ, stdout=out, stderr=subprocess.STDOUT, text=True,
+                start_new_session=True,  # a group of its own, as a service manager starts it
             )  # fmt: skip
         worker = WorkerProcess(proc, log)
         started.append(worker)

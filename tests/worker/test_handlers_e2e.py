@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import time
 from collections import Counter
@@ -150,6 +151,50 @@ async def test_sigterm_completes_short_tasks_and_releases_long_ones_without_a_re
         last = (await live_queue.events(task.id))[-1]
         assert (last.action, last.from_state, last.to_state) == ("release", S.EXECUTING, S.QUEUED)
     assert sum((await live_queue.stats()).by_state.values()) == 6
+
+
+def _running(pid: int) -> bool:
+    """Whether the process runs (exists, and is not a zombie waiting to be reaped)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _children(pid: int) -> dict[int, str]:
+    """The command lines of a process's children, by pid."""
+    found = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            line = Path(f"/proc/{child}/cmdline").read_bytes().replace(b"\0", b" ")
+            found[int(child)] = line.decode()
+    return found
+
+
+async def test_sigterm_to_the_whole_group_still_records_every_outcome(
+    live_queue: AsyncQueue, start_worker, db_url: str
+) -> None:
+    made = [
+        (await live_queue.submit(title=f"s{i}", task_type="sleep", payload={"secs": 1.0})).task
+        for i in range(4)
+    ]
+    worker = start_worker("--concurrency", "4", "--grace", "20")
+    await wait_for(live_queue, lambda c: c[S.EXECUTING] == 4, what="all four running")
+    children = _children(worker.proc.pid)
+    writers = [pid for pid, line in children.items() if "agentqueue.store.sqlite.writer" in line]
+    # On SQLite the worker writes from a process of its own (in its process group).
+    assert len(writers) == (1 if db_url.startswith("sqlite") else 0), children
+    # What a service manager (or a terminal's Ctrl-C) does: the signal reaches every process
+    # of the group. The worker stops taking work, lets the attempts end, and records them
+    # through the same writer, which the signal left alone.
+    os.killpg(worker.proc.pid, signal.SIGTERM)
+    await asyncio.sleep(0.3)
+    assert [pid for pid in writers if _running(pid)] == writers
+    assert worker.wait(timeout=30) == 0, worker.output()
+    for task in made:
+        assert (await live_queue.get(task.id)).state is S.COMPLETED
+    assert "writer process ended" not in worker.output()
+    assert (await live_queue.verify()).ok
 
 
 async def test_cancel_reaches_a_running_handler_and_the_worker_goes_on(

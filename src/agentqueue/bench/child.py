@@ -41,7 +41,7 @@ from ..logsetup import configure
 from ..queue import AsyncQueue
 from .common import NOOP
 from .db import specs
-from .procs import cpu_seconds, peak_rss_bytes
+from .procs import own_and_children_peak_rss_bytes, tree_cpu_seconds
 
 
 def emit(event: str, **fields: Any) -> None:
@@ -50,9 +50,9 @@ def emit(event: str, **fields: Any) -> None:
 
 
 def cpu_now() -> float:
-    """CPU seconds this process has used so far (utime + stime of every thread, from /proc,
-    as the parent reads them for an idle worker)."""
-    return cpu_seconds(os.getpid())
+    """CPU seconds this process and its SQLite writer process have used so far (utime +
+    stime of every thread, from /proc, as the parent reads them for an idle worker)."""
+    return tree_cpu_seconds(os.getpid())
 
 
 DRAIN_SETTINGS = Settings(worker=WorkerSettings(claims_in_flight=4, flushes_in_flight=4))
@@ -87,7 +87,8 @@ def make_queue(
 ) -> AsyncQueue:
     """A queue with one async handler for ``task_type``: no-op, or a sleep (I/O wait). With
     ``stamp`` the no-op returns when it began, ``{"began_at_us": <wall clock, microseconds>}``."""
-    queue = AsyncQueue(url, actor="bench", settings=settings or Settings())
+    # SQLite's writer in a process of its own, as the long-running commands run it.
+    queue = AsyncQueue(url, actor="bench", settings=settings or Settings(), sqlite_writer="process")
 
     async def noop(task: Task, ctx: TaskContext) -> dict[str, int] | None:
         return {"began_at_us": time.time_ns() // 1000} if stamp else None
@@ -162,7 +163,7 @@ async def drain(args: dict[str, Any]) -> None:
         completed=worker.stats["completed"],
         stats=worker.stats,
         cpu_secs=cpu,
-        peak_rss_bytes=peak_rss_bytes(os.getpid()),
+        peak_rss_bytes=own_and_children_peak_rss_bytes(),
         shutdown_kicks=kicks,
         admission_limited=settings.admission_limited,
     )
@@ -202,7 +203,7 @@ async def serve(args: dict[str, Any]) -> None:
     emit(
         "result",
         stats=worker.stats,
-        peak_rss_bytes=peak_rss_bytes(os.getpid()),
+        peak_rss_bytes=own_and_children_peak_rss_bytes(),
         shutdown_kicks=kicks,
     )
 

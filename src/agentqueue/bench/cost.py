@@ -2,8 +2,9 @@
 
 Idle: a worker (default settings: scheduler steps on, concurrency 10) with nothing to do, watched
 for a while once it has started: CPU seconds (utime + stime of /proc/<pid>/stat) as a percentage
-of one core, and peak RSS (VmHWM of /proc/<pid>/status). Busy: the same figures for a worker
-process during a drain of N no-op tasks (concurrency 100).
+of one core, and peak RSS (VmHWM of /proc/<pid>/status), each of the worker and its SQLite
+writer process added up. Busy: the same figures for a worker process during a drain of N no-op
+tasks (concurrency 100).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from .common import (
 )
 from .db import fresh_url
 from .drain import drain_agentqueue
-from .procs import Child, cpu_seconds, peak_rss_bytes
+from .procs import Child, tree_cpu_seconds, tree_peak_rss_bytes
 
 NAME = "cost"
 IDLE_CONCURRENCY = 10
@@ -48,10 +49,10 @@ async def idle(ctx: BenchContext, backend: Backend) -> dict[str, Any]:
     try:
         await child.message("started", within=60)
         await asyncio.sleep(ctx.sizes.settle_secs)
-        cpu0, t0 = cpu_seconds(child.pid), time.perf_counter()
+        cpu0, t0 = tree_cpu_seconds(child.pid), time.perf_counter()
         await asyncio.sleep(ctx.sizes.idle_secs)
-        cpu1, t1 = cpu_seconds(child.pid), time.perf_counter()
-        peak = peak_rss_bytes(child.pid)
+        cpu1, t1 = tree_cpu_seconds(child.pid), time.perf_counter()
+        peak = tree_peak_rss_bytes(child.pid)
         await child.stop()
     finally:
         await child.kill()
@@ -88,7 +89,8 @@ async def run(ctx: BenchContext) -> dict[str, Any]:
     out["notes"] = [
         f"Idle: a worker watched for {ctx.sizes.idle_secs:g} s after start-up; busy: a worker "
         f"draining {ctx.sizes.busy_n:,} no-op tasks (on PostgreSQL with planner statistics). "
-        "CPU as % of one core; RSS is VmHWM."
+        "CPU as % of one core; RSS is VmHWM; on SQLite both are the worker's and its writer "
+        "process's added up."
     ]
     return out
 

@@ -12,6 +12,7 @@ import contextlib
 import itertools
 import json
 import os
+import resource
 import signal
 import sys
 from pathlib import Path
@@ -222,3 +223,29 @@ def peak_rss_bytes(pid: int) -> int | None:
     """Peak resident set size (VmHWM) in bytes."""
     kib = status_kib(pid, "VmHWM")
     return None if kib is None else kib * 1024
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds of ``pid`` and every process descended from it (a worker and its SQLite
+    writer process)."""
+    total = 0.0
+    for one in tree_pids(pid):
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):  # ended meanwhile
+            total += cpu_seconds(one)
+    return total
+
+
+def tree_peak_rss_bytes(pid: int) -> int | None:
+    """The peak resident sets (VmHWM) of ``pid`` and its descendants, added up (an upper
+    bound of their peak together)."""
+    peaks = [peak_rss_bytes(one) for one in tree_pids(pid)]
+    return sum(p for p in peaks if p is not None) if peaks[0] is not None else None
+
+
+def own_and_children_peak_rss_bytes() -> int | None:
+    """This process's peak resident set plus the largest of its ended children's (its SQLite
+    writer process, once the queue is closed): an upper bound of their peak together."""
+    own = peak_rss_bytes(os.getpid())
+    if own is None:
+        return None
+    return own + resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024

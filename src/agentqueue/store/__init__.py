@@ -43,12 +43,14 @@ def describe_url(url: str) -> str:
     return url.split("://", 1)[0] + "://..." if "://" in url else "(no scheme)"
 
 
-def make_store(url: str) -> Store:
-    """The store for a database URL: ``sqlite:///file.db`` or ``postgresql://...``."""
+def make_store(url: str, *, sqlite_writer: str | None = None) -> Store:
+    """The store for a database URL: ``sqlite:///file.db`` or ``postgresql://...``.
+    ``sqlite_writer`` is where SQLite's writer connection lives (``thread``, the default, or
+    ``process``) unless the URL's ``?writer=`` says."""
     if url.startswith("sqlite:"):
         from .sqlite.dialect import sqlite_store
 
-        return sqlite_store(url)
+        return sqlite_store(url, writer=sqlite_writer)
     if url.startswith(("postgresql://", "postgres://")):
         from .postgres.dialect import postgres_store
 

@@ -1,8 +1,9 @@
 """The SQLite dialect: one file in WAL mode, writes under BEGIN IMMEDIATE, a busy timeout.
 
-sqlite3 is synchronous, so each connection lives on its own thread and async callers hop to it.
-One connection writes (transactions are serialised in-process by a lock and across processes by
-SQLite's write lock); another reads, which WAL lets run beside the writer. Only what differs from
+sqlite3 is synchronous, so each connection lives off the event loop and async callers hop to it.
+One connection writes, on a thread of this process or in a process of its own (``writer.py``;
+transactions are serialised in-process by a lock and across processes by SQLite's write lock);
+another reads, on a thread, which WAL lets run beside the writer. Only what differs from
 PostgreSQL is here; the operations are in ``store/sql.py``.
 """
 
@@ -11,16 +12,13 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
-from uuid import UUID, uuid4
+from uuid import UUID
 
-from ...domain.audit import chain_hash, row_mac
 from ...domain.errors import InvalidInput, StoreError
 from ..base import CHANNEL_CHANGED, Later, Notice
 from ..errors import from_sqlite
@@ -28,24 +26,11 @@ from ..migrate import Migration
 from ..rows import Codec, Row, dump, load_json_text
 from ..sql import SQLStore
 from ..sqlfile import load_queries
+from .writer import WRITER_MODES, ProcessWriter, ThreadWriter
 
 Q = load_queries("sqlite")
 T = TypeVar("T")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-FOLLOW_UPS = {
-    "insert_tasks": ("insert_events",),
-    "apply": ("insert_events",),
-    "purge": ("insert_events", "purge_logs"),
-    "claim": ("claim_events",),
-    "admit_for_claim": ("admit_events",),
-    "admit": ("admit_events",),
-    "admit_ids": ("admit_events",),
-    "complete": ("complete_events",),
-}
-"""Writes whose events (and, for purge, captured output) SQLite records in statements of their
-own, run in the same step over the ids the write returned (``:written``); PostgreSQL does it in
-the one statement."""
 
 
 def to_micros(value: datetime | None) -> int | None:
@@ -92,13 +77,6 @@ CODEC = Codec(
 )
 
 
-def register_functions(conn: sqlite3.Connection) -> None:
-    """The domain's audit hash and a UUID maker, for the set-wise hot transitions."""
-    conn.create_function("aq_event_hash", 5, chain_hash, deterministic=True)
-    conn.create_function("aq_row_mac", 8, row_mac, deterministic=True)
-    conn.create_function("aq_uuid", 0, lambda: str(uuid4()))
-
-
 def parse_sqlite_url(url: str) -> tuple[Path, dict[str, str]]:
     """``sqlite:///relative.db`` or ``sqlite:////absolute.db``, with optional ``?key=value``."""
     rest = url.removeprefix("sqlite://")
@@ -111,100 +89,38 @@ def parse_sqlite_url(url: str) -> tuple[Path, dict[str, str]]:
     return Path(path_part), options
 
 
-class _Conn:
-    """A sqlite3 connection pinned to one thread; its errors leave it classified."""
-
-    def __init__(self, path: Path, busy_timeout_ms: int, synchronous: str) -> None:
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentqueue-sqlite")
-        self._path = path
-        self._busy = busy_timeout_ms
-        self._sync = synchronous
-        self.conn: sqlite3.Connection | None = None
-
-    def _open(self) -> None:
-        conn = sqlite3.connect(
-            self._path, isolation_level=None, check_same_thread=False, timeout=self._busy / 1000
-        )
-        try:
-            conn.row_factory = sqlite3.Row
-            register_functions(conn)
-            conn.execute(f"PRAGMA busy_timeout = {int(self._busy)}")
-            self._enter_wal(conn)
-            conn.execute(f"PRAGMA synchronous = {self._sync}")
-        except BaseException:
-            conn.close()
-            raise
-        self.conn = conn
-
-    def _enter_wal(self, conn: sqlite3.Connection) -> None:
-        # Turning a new file to WAL takes an exclusive lock, and while another process opens the
-        # same new file SQLite answers "database is locked" at once, without the busy handler:
-        # wait for it here, up to the busy timeout.
-        deadline = time.monotonic() + self._busy / 1000
-        while True:
-            try:
-                conn.execute("PRAGMA journal_mode = WAL")
-                return
-            except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) or time.monotonic() >= deadline:
-                    raise
-                time.sleep(0.005)
-
-    async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        loop = asyncio.get_running_loop()
-
-        def call() -> T:
-            try:
-                if self.conn is None:
-                    self._open()
-                assert self.conn is not None
-                return fn(self.conn)
-            except sqlite3.Error as exc:
-                raise from_sqlite(exc) from exc
-
-        return await loop.run_in_executor(self._executor, call)
-
-    async def close(self) -> None:
-        if self.conn is not None:
-            await self.run(lambda c: c.close())
-            self.conn = None
-        self._executor.shutdown(wait=True)
-
-
-def _fetch(c: sqlite3.Connection, query: str, params: Mapping[str, Any]) -> list[Row]:
-    rows: list[Row] = c.execute(Q[query], params).fetchall()
-    then = FOLLOW_UPS.get(query)
-    if then and rows:
-        written = {**params, "written": dump([row["id"] for row in rows])}
-        for follow_up in then:
-            c.execute(Q[follow_up], written)
-    return rows
+DEFAULT_WRITER = "thread"
+"""Where the writer connection lives unless the URL (``?writer=thread|process``) or the opener
+(``writer=``: the long-running commands choose ``process``) says."""
 
 
 class SQLiteSession:
     """Named queries on one of the two connections, each (with its follow-ups) in one hop."""
 
-    def __init__(self, conn: _Conn) -> None:
+    def __init__(self, conn: ThreadWriter | ProcessWriter, commit: bool = False) -> None:
         self._conn = conn
+        self._commit = commit
 
-    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        return await self._conn.run(fn)
+    async def _op(self, op: str, *args: Any) -> Any:
+        return await self._conn.op(op, *args)
 
     async def fetch(self, query: str, params: Mapping[str, Any] | None = None) -> list[Row]:
         """Rows of ``query``, after its follow-up statements if it has any."""
-        return await self._run(lambda c: _fetch(c, query, params or {}))
+        names, rows = await self._op("fetch", query, params or {}, self._commit)
+        if rows and not isinstance(rows[0], sqlite3.Row):
+            return [dict(zip(names, row, strict=True)) for row in rows]
+        return rows  # type: ignore[no-any-return]
 
     async def fetch_table(
         self, query: str, params: Mapping[str, Any] | None = None
     ) -> tuple[list[str], list[Sequence[Any]]]:
-        """Column names and rows of ``query`` (sqlite3.Row is a sequence already)."""
-        rows = await self.fetch(query, params)
-        names = list(rows[0].keys()) if rows else []  # type: ignore[attr-defined]
-        return names, rows  # type: ignore[return-value]
+        """Column names and rows of ``query`` (value sequences)."""
+        names, rows = await self._op("fetch", query, params or {}, self._commit)
+        return (names if rows else []), rows
 
     async def execute(self, query: str, params: Mapping[str, Any] | None = None) -> int:
         """Rows touched by ``query``."""
-        return await self._run(lambda c: c.execute(Q[query], params or {}).rowcount)
+        return int(await self._op("execute", query, params or {}, self._commit))
 
     async def fetch_later(
         self, query: str, params: Mapping[str, Any] | None = None
@@ -231,38 +147,20 @@ class SQLiteSession:
         """Nothing to do: admissions relax nothing on SQLite."""
 
 
-def _committed(fn: Callable[[sqlite3.Connection], T]) -> Callable[[sqlite3.Connection], T]:
-    """``fn`` as a transaction of its own: BEGIN IMMEDIATE, ``fn``, COMMIT, all in the
-    connection's thread (a ROLLBACK if any of it fails)."""
-
-    def run(c: sqlite3.Connection) -> T:
-        c.execute("BEGIN IMMEDIATE")
-        try:
-            out = fn(c)
-            c.execute("COMMIT")
-        except BaseException:
-            if c.in_transaction:
-                c.execute("ROLLBACK")
-            raise
-        return out
-
-    return run
-
-
 class _WriteSession(SQLiteSession):
     """The session of :meth:`SQLiteDialect.write`: each statement (with its follow-ups) commits
-    by itself, as on PostgreSQL, and BEGIN, the statement and COMMIT go to the writer's thread
-    in one hop. The event loop and the thread hand over once per write instead of three times,
-    and the file's write lock is held for the statement alone, never across those hand-overs
+    by itself, as on PostgreSQL, and BEGIN, the statement and COMMIT go to the writer in one
+    hop. The event loop and the writer hand over once per write instead of three times, and
+    the file's write lock is held for the statement alone, never across those hand-overs
     (each waits for the loop's turn)."""
 
     def __init__(self, dialect: SQLiteDialect, renewal: bool) -> None:
-        super().__init__(dialect._writer)
+        super().__init__(dialect._writer, commit=True)
         self._dialect = dialect
         self._renewal = renewal
 
-    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        return await self._dialect._commit_one(_committed(fn), self._renewal)
+    async def _op(self, op: str, *args: Any) -> Any:
+        return await self._dialect._commit_one(op, args, self._renewal)
 
 
 class SQLiteDialect:
@@ -280,21 +178,29 @@ class SQLiteDialect:
     """...and once it has been quiet for ``listen_idle_after_secs``, to keep idle workers cheap."""
     listen_idle_after_secs = 2.0
 
-    def __init__(self, url: str, *, busy_timeout_ms: int = 30_000) -> None:
+    def __init__(
+        self, url: str, *, busy_timeout_ms: int = 30_000, writer: str | None = None
+    ) -> None:
         self.path, options = parse_sqlite_url(url)
         synchronous = options.get("synchronous", "FULL").upper()
         if synchronous not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
             raise InvalidInput("must be OFF, NORMAL, FULL or EXTRA", "db.synchronous")
-        self._writer = _Conn(self.path, busy_timeout_ms, synchronous)
-        self._reader = _Conn(self.path, busy_timeout_ms, synchronous)
+        writer = options.get("writer", writer or DEFAULT_WRITER).lower()
+        if writer not in WRITER_MODES:
+            raise InvalidInput(f"must be thread or process, not {writer!r}", "db.writer")
+        self.writer_mode = writer
+        self._writer: ThreadWriter | ProcessWriter = (
+            ProcessWriter if writer == "process" else ThreadWriter
+        )(self.path, busy_timeout_ms, synchronous)
+        self._reader = ThreadWriter(self.path, busy_timeout_ms, synchronous)
         self._write_lock = asyncio.Lock()
         self._own_commits = 0
         """Commits of this store's own writer (its listeners see them like any other)..."""
         self._lease_commits = 0
         """...of which bookkeeping (lease renewals, the worker's presence): the writes an idle
         process makes, which do not switch its own listeners to fast looking."""
-        self._committing = False
-        """A COMMIT of the writer is under way and not yet counted."""
+        self._committing = 0
+        """COMMITs of the writer under way and not yet counted."""
 
     @property
     def commits(self) -> int:
@@ -306,6 +212,8 @@ class SQLiteDialect:
         servers: a file is there or not)."""
         if self.path.parent and not self.path.parent.exists():
             raise StoreError(f"the folder for the SQLite database does not exist: {self.path}")
+        # A writer process starts now: it loads while this process goes on opening.
+        await self._writer.ready()
 
     async def settled_number(self) -> int:
         """The highest number of a committed event: with one writer at a time, a write under
@@ -326,37 +234,36 @@ class SQLiteDialect:
     @asynccontextmanager
     async def write(self, *, renewal: bool = False) -> AsyncIterator[SQLiteSession]:
         """The writer connection, each statement a transaction of its own (see _WriteSession)."""
-        async with self._write_lock:
-            yield _WriteSession(self, renewal)
+        yield _WriteSession(self, renewal)
 
-    async def _commit_one(self, fn: Callable[[sqlite3.Connection], T], renewal: bool) -> T:
-        """Run ``fn`` (a whole transaction, see _committed) in the writer's thread, seen
-        through, and count its commit."""
-        committed: list[bool] = []
+    async def _commit_one(self, op: str, args: tuple[Any, ...], renewal: bool) -> Any:
+        """Run writer operation ``op`` as a transaction of its own, seen through, and count
+        its commit.
 
-        def run(c: sqlite3.Connection) -> T:
-            out = fn(c)
-            committed.append(True)  # read on the loop once the hop has ended
-            return out
-
+        Such writes are handed to the writer as they come, without waiting for each other: the
+        writer runs them in the order handed, each whole, so it goes from one to the next
+        without waiting for the event loop's turn. Only an open transaction (and a migration)
+        holds the write lock: a write waits for it to end, and is handed over at once when it
+        has (no await in between), so it cannot land inside a transaction begun after it.
+        """
+        await self._writer.ready()
+        while self._write_lock.locked():
+            async with self._write_lock:
+                pass
+        job = self._writer.submit(op, args)
         # As in transaction: listeners leave a change they see meanwhile for their next look.
-        self._committing = True
+        self._committing += 1
         try:
-            return await self._through(run)
+            return await _seen_through(job)
         finally:
-            if committed:
+            if job.done() and not job.cancelled() and job.exception() is None:
                 self._count_commit(renewal)
-            self._committing = False
+            self._committing -= 1
 
-    async def _through(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """``fn`` in the writer's thread, seen through: a hop handed to the thread runs to its
-        end even if the awaiting task is cancelled, so the cancel waits for that end."""
-        job = asyncio.ensure_future(self._writer.run(fn))
-        try:
-            return await asyncio.shield(job)
-        except asyncio.CancelledError:
-            await _settle(job)
-            raise
+    async def _through(self, op: str, *args: Any) -> Any:
+        """Writer operation ``op``, seen through: one handed to the writer runs to its end even
+        if the awaiting task is cancelled, so the cancel waits for that end."""
+        return await _seen_through(asyncio.ensure_future(self._writer.op(op, *args)))
 
     def _count_commit(self, renewal: bool) -> None:
         self._own_commits += 1
@@ -367,13 +274,13 @@ class SQLiteDialect:
     async def transaction(self) -> AsyncIterator[SQLiteSession]:
         """BEGIN IMMEDIATE ... COMMIT on the writer connection.
 
-        A statement handed to the connection's thread runs to its end even if the awaiting task
+        A statement handed to the writer runs to its end even if the awaiting task
         is cancelled, so every step that opens or ends the transaction is seen through: a cancel
         during BEGIN must still be followed by a ROLLBACK, or the connection would stay inside a
         transaction and refuse every later write.
         """
         async with self._write_lock:
-            begin = asyncio.ensure_future(self._writer.run(lambda c: c.execute("BEGIN IMMEDIATE")))
+            begin = asyncio.ensure_future(self._writer.op("end", "BEGIN IMMEDIATE"))
             try:
                 await asyncio.shield(begin)
             except asyncio.CancelledError:
@@ -387,15 +294,15 @@ class SQLiteDialect:
                 raise
             # Listeners in this process leave a change they see while this commit is being
             # counted for their next look, so they never judge it before it is counted as ours.
-            self._committing = True
+            self._committing += 1
             try:
                 await self._end("COMMIT")
                 self._count_commit(renewal=False)
             finally:
-                self._committing = False
+                self._committing -= 1
 
     async def _end(self, statement: str) -> None:
-        await self._through(lambda c: c.execute(statement))
+        await self._through("end", statement)
 
     @asynccontextmanager
     async def listen(self, channels: Sequence[str]) -> AsyncIterator[AsyncIterator[Notice]]:
@@ -484,45 +391,34 @@ class SQLiteDialect:
 
     async def applied_versions(self) -> set[int]:
         """Versions recorded in aq_schema_version."""
-
-        def run(c: sqlite3.Connection) -> set[int]:
-            c.execute(Q["create_version_table"])
-            return {row[0] for row in c.execute(Q["applied_versions"])}
-
         async with self._write_lock:
-            return await self._writer.run(run)
+            return await self._through("applied_versions")  # type: ignore[no-any-return]
 
     async def apply_migration(self, migration: Migration) -> bool:
         """Apply one migration under the write lock unless another process did."""
-
-        def run(c: sqlite3.Connection) -> bool:
-            c.execute("BEGIN IMMEDIATE")
-            try:
-                if migration.version in {row[0] for row in c.execute(Q["applied_versions"])}:
-                    c.execute("ROLLBACK")
-                    return False
-                for statement in _statements(migration.sql):
-                    c.execute(statement)
-                c.execute(
-                    Q["record_version"], {"version": migration.version, "name": migration.name}
-                )
-                c.execute("COMMIT")
-                return True
-            except BaseException:
-                c.execute("ROLLBACK")
-                raise
-
+        statements = _statements(migration.sql)
         async with self._write_lock:
-            return await self._writer.run(run)
+            return await self._through(  # type: ignore[no-any-return]
+                "apply_migration", migration.version, migration.name, statements
+            )
 
 
-def sqlite_store(url: str, *, busy_timeout_ms: int = 30_000) -> SQLStore:
-    """The store over one SQLite file."""
-    return SQLStore(SQLiteDialect(url, busy_timeout_ms=busy_timeout_ms))
+def sqlite_store(url: str, *, busy_timeout_ms: int = 30_000, writer: str | None = None) -> SQLStore:
+    """The store over one SQLite file; ``writer`` (thread or process) unless the URL says."""
+    return SQLStore(SQLiteDialect(url, busy_timeout_ms=busy_timeout_ms, writer=writer))
 
 
 def _cursor(statement: str) -> Callable[[sqlite3.Connection], sqlite3.Cursor]:
     return lambda c: c.execute(statement)
+
+
+async def _seen_through(job: asyncio.Future[T]) -> T:
+    """``job``'s result; a cancel while it runs waits for its end (it cannot be stopped)."""
+    try:
+        return await asyncio.shield(job)
+    except asyncio.CancelledError:
+        await _settle(job)
+        raise
 
 
 async def _settle(job: asyncio.Future[Any]) -> bool:

@@ -1,0 +1,158 @@
+"""SQLite's writer in a process of its own (``?writer=process``, what the long-running commands
+choose): it lives as long as its parent and no longer, ignores the signals a terminal or a
+service manager sends the whole process group, and when it dies the next write starts another;
+what a transaction had written when it died is rolled back."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from agentqueue import AsyncQueue
+from agentqueue.domain.errors import InvalidInput, StoreUnavailable
+
+WITHIN_SECS = 20.0
+
+
+def _stat(pid: int) -> list[str]:
+    """The fields of /proc/PID/stat after the command's name: state, parent, ..."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return _stat(pid)[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _worker_names(path: Path) -> list[str]:
+    conn = sqlite3.connect(path)
+    try:
+        return [r[0] for r in conn.execute("SELECT name FROM aq_workers ORDER BY name")]
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+async def queue(tmp_path: Path) -> AsyncIterator[AsyncQueue]:
+    async with AsyncQueue(f"sqlite:///{tmp_path / 'q.db'}?writer=process") as q:
+        yield q
+
+
+def _writer_pid(queue: AsyncQueue) -> int:
+    process = queue.store._d._writer._process  # type: ignore[attr-defined]
+    assert process is not None
+    return int(process.pid)
+
+
+async def test_the_writes_are_made_by_a_child_process(queue: AsyncQueue) -> None:
+    made = await queue.submit(title="t", task_type="docs")
+    pid = _writer_pid(queue)
+    assert pid != os.getpid() and _alive(pid)
+    assert int(_stat(pid)[1]) == os.getpid()  # its parent: this process
+    assert (await queue.get(made.task.id)).title == "t"
+    assert (await queue.verify()).ok
+    await queue.close()
+    assert not _alive(pid)
+
+
+def test_an_unknown_writer_is_refused_naming_the_field(tmp_path: Path) -> None:
+    with pytest.raises(InvalidInput) as refused:
+        AsyncQueue(f"sqlite:///{tmp_path / 'q.db'}?writer=fork")
+    assert refused.value.fields == ["db.writer"] and "'fork'" in str(refused.value)
+
+
+async def test_the_writer_ignores_sigint_and_sigterm(queue: AsyncQueue) -> None:
+    await queue.submit(title="first", task_type="docs")
+    pid = _writer_pid(queue)
+    os.kill(pid, signal.SIGINT)
+    os.kill(pid, signal.SIGTERM)
+    await asyncio.sleep(0.3)
+    assert _alive(pid)
+    await queue.submit(title="second", task_type="docs")
+    assert _writer_pid(queue) == pid
+
+
+async def test_a_writer_that_died_is_started_again_and_its_open_transaction_is_gone(
+    queue: AsyncQueue, tmp_path: Path
+) -> None:
+    store = queue.store
+    d = store._d  # type: ignore[attr-defined]
+    now = datetime.now(UTC)
+    await store.record_worker("before", 1, 0, now)
+    first = _writer_pid(queue)
+    with pytest.raises(StoreUnavailable, match="writer process ended"):
+        async with d.transaction() as s:
+            await s.execute("record_worker", d.codec.params(name="in-tx", slots=1, busy=0, now=now))
+            os.kill(first, signal.SIGKILL)
+            await s.execute("record_worker", d.codec.params(name="after", slots=1, busy=0, now=now))
+    # The next write starts another process; what the dead one's transaction wrote is gone.
+    await store.record_worker("later", 1, 0, now)
+    second = _writer_pid(queue)
+    assert second != first and _alive(second) and not _alive(first)
+    assert _worker_names(tmp_path / "q.db") == ["before", "later"]
+    assert (await queue.verify()).ok
+
+
+PARENT = """
+import asyncio, sys
+from datetime import UTC, datetime
+from agentqueue import AsyncQueue
+
+async def main():
+    queue = AsyncQueue(sys.argv[1])
+    await queue.open()
+    await queue.submit(title="kept", task_type="docs")
+    d = queue.store._d
+    async with d.transaction() as s:
+        await s.execute("record_worker",
+                        d.codec.params(name="in-tx", slots=1, busy=0, now=datetime.now(UTC)))
+        print(d._writer._process.pid, flush=True)
+        await asyncio.sleep(3600)
+
+asyncio.run(main())
+"""
+
+
+def _killed_in_a_transaction(url: str) -> int:
+    """Run PARENT on ``url`` and SIGKILL it inside its transaction; its writer's pid."""
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT, url], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert parent.stdout is not None
+        writer = int(parent.stdout.readline())
+        assert _alive(writer)
+    finally:
+        parent.kill()
+        parent.wait()
+    return writer
+
+
+async def test_the_writer_ends_with_its_parent_and_the_file_is_left_usable(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'q.db'}?writer=process"
+    writer = _killed_in_a_transaction(url)
+    deadline = time.monotonic() + WITHIN_SECS
+    while _alive(writer):
+        assert time.monotonic() < deadline, "the writer outlived its parent"
+        await asyncio.sleep(0.05)
+    # The write lock the parent's open transaction held is free, and what it wrote is gone.
+    async with AsyncQueue(url) as queue:
+        await queue.submit(title="next", task_type="docs")
+        assert sorted(t.title for t in (await queue.list()).items) == ["kept", "next"]
+        assert (await queue.verify()).ok
+    assert _worker_names(tmp_path / "q.db") == []
