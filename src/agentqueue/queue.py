@@ -653,6 +653,7 @@ class AsyncQueue:
             claim_batch=self.settings.queue.claim_batch,
             claims_in_flight=conf.claims_in_flight,
             flushes_in_flight=conf.flushes_in_flight,
+            separate_writer=self.store.separate_writer,
         )
         options = WorkerOptions(
             worker_id=worker_id or default_worker_id(),

@@ -43,6 +43,27 @@ def test_batch_and_flight_follow_the_slots_and_the_backend(
     assert "concurrency" not in t.derived
 
 
+@pytest.mark.parametrize(
+    ("concurrency", "expected"),
+    [
+        (1, (1, 2, 2)),
+        (64, (32, 2, 2)),
+        (200, (100, 4, 4)),
+        (1000, (500, 4, 4)),
+        (2000, (500, 4, 4)),
+    ],
+)
+def test_sqlite_written_from_a_process_of_its_own_is_tuned_as_postgres(
+    concurrency: int, expected: tuple[int, int, int]
+) -> None:
+    # The writer process works on one claim while the worker starts the tasks of another.
+    t = tune("sqlite", slots=500, concurrency=concurrency, separate_writer=True)
+    assert (t.claim_batch, t.claims_in_flight, t.flushes_in_flight) == expected
+    assert tune("sqlite", slots=500, concurrency=concurrency, separate_writer=False) == tune(
+        "sqlite", slots=500, concurrency=concurrency
+    )
+
+
 def test_handlers_in_threads_keep_few_slots_and_no_handlers_none() -> None:
     assert slots_for_handlers(3, all_async=False) == 10
     assert slots_for_handlers(0, all_async=True) == 0
@@ -94,6 +115,12 @@ def test_a_queues_worker_derives_from_its_handlers_and_backend(tmp_path: Path) -
     o = worker.options
     assert (o.concurrency, o.claim_batch, o.claims_in_flight) == (1000, 500, 4)
     assert _queue(url, sync=True).worker().options.concurrency == 10
+    # SQLite written from a process of its own (as the worker command does) is tuned as
+    # PostgreSQL: the writer works apart, on another core.
+    o = _queue(f"{url}?writer=process").worker().options
+    assert (o.concurrency, o.claim_batch, o.claims_in_flight, o.flushes_in_flight) == (
+        1000, 500, 4, 4,
+    )  # fmt: skip
 
 
 def test_a_queues_settings_and_arguments_win(tmp_path: Path) -> None:

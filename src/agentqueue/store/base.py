@@ -786,6 +786,9 @@ class StoreLifecycle(Protocol):
     push_notifications: bool
     """True when listeners hear each notify (PostgreSQL); else they only hear that something
     changed, and anything that must reach a worker travels in heartbeat replies (SQLite)."""
+    separate_writer: bool
+    """True when the database writes apart from this process, on another core (PostgreSQL's
+    server, SQLite's writer process); False for SQLite written from a thread of this process."""
 
     @property
     def commits(self) -> int:

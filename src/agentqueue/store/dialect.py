@@ -78,6 +78,7 @@ class Dialect(Protocol):
     name: str
     """``sqlite`` or ``postgres``: which queries and migrations to use."""
     push_notifications: bool
+    separate_writer: bool
     codec: Codec
     orders_in_sql: bool
     """True when ``claim`` and ``admit`` return their rows in claim order already."""

@@ -75,6 +75,7 @@ class SQLStore(QueryOps):
         self._d = dialect
         self.dialect = dialect.name
         self.push_notifications = dialect.push_notifications
+        self.separate_writer = dialect.separate_writer
         self.codec = dialect.codec
 
     @property

@@ -13,14 +13,16 @@ derived here, from the slots and the backend:
   (a slot holds a thread); each command agent its own ``max_concurrent`` (a slot holds a
   process, and the agent never runs more at once). The handlers then keep their share: the
   agents' slots are never taken by handler tasks.
-- **claims in flight**: on PostgreSQL, ``4`` from 200 slots up, ``2`` below (the server works on
-  one claim while the worker starts the tasks of another); on SQLite, ``2`` (one writer at a time:
-  more claims only queue for the lock).
+- **claims in flight**: where the database writes apart from the worker's process (PostgreSQL's
+  server; SQLite's writer process, which the worker command starts), ``4`` from 200 slots up,
+  ``2`` below (the database works on one claim while the worker starts the tasks of another); on
+  SQLite written from a thread of the worker's process, ``2`` (the thread and the event loop
+  take turns: more claims only queue).
 - **claim batch**: half the slots, so that two claims fill every slot at once and the others in
   flight take slots as they free: ``ceil(concurrency / 2)`` (with one claim in flight, all of
-  them), at least 1 and at most 500 on PostgreSQL (a claim of many rows costs the server less
-  per row; claims of 1000 left the worker waiting between them), 250 on SQLite (one writer: a
-  claim holds the file's lock while it writes).
+  them), at least 1 and at most 500 where the database writes apart (a claim of many rows
+  costs it less per row; claims of 1000 left the worker waiting between them), 250 on SQLite
+  written from a thread (a claim holds the file's lock while it writes, and the loop waits).
 - **flushes in flight**: as many as the claims in flight (outcomes arrive at the rate tasks are
   claimed).
 
@@ -35,8 +37,10 @@ ASYNC_CONCURRENCY = 1000
 """The handlers' slots when every handler is async."""
 OTHER_CONCURRENCY = 10
 """The handlers' slots when one runs in a thread (a thread per slot)."""
-MAX_CLAIM_BATCH = {"postgres": 500, "sqlite": 250}
-"""The largest derived claim batch, by backend."""
+MAX_CLAIM_BATCH = 500
+"""The largest derived claim batch where the database writes apart from the worker..."""
+MAX_CLAIM_BATCH_IN_PROCESS = 250
+"""...and on SQLite written from a thread of the worker's process."""
 MANY_SLOTS = 200
 
 
@@ -81,22 +85,26 @@ def tune(
     claim_batch: int | None = None,
     claims_in_flight: int | None = None,
     flushes_in_flight: int | None = None,
+    separate_writer: bool | None = None,
 ) -> Tuning:
     """The speed settings of a worker on ``backend`` (the store's dialect: ``"postgres"`` or
     ``"sqlite"``) whose executors would hold ``slots`` (their slots added up: handlers'
     from :func:`slots_for_handlers`, each agent's ``max_concurrent``): the given values, and the
-    rest derived (see the module's description)."""
+    rest derived (see the module's description). ``separate_writer``: whether the database
+    writes apart from the worker's process (the store's ``separate_writer``; unset: on
+    PostgreSQL only)."""
+    apart = backend == "postgres" if separate_writer is None else separate_writer
     derived: set[str] = set()
     if concurrency is None:
         concurrency = max(1, slots)
         derived.add("concurrency")
     if claims_in_flight is None:
-        many = backend == "postgres" and concurrency >= MANY_SLOTS
-        claims_in_flight = 4 if many else 2
+        claims_in_flight = 4 if apart and concurrency >= MANY_SLOTS else 2
         derived.add("claims_in_flight")
     if claim_batch is None:
         share = -(-concurrency // min(claims_in_flight, 2))
-        claim_batch = max(1, min(MAX_CLAIM_BATCH[backend], share))
+        most = MAX_CLAIM_BATCH if apart else MAX_CLAIM_BATCH_IN_PROCESS
+        claim_batch = max(1, min(most, share))
         derived.add("claim_batch")
     if flushes_in_flight is None:
         flushes_in_flight = claims_in_flight

@@ -319,6 +319,7 @@ class PostgresDialect:
 
     name = "postgres"
     push_notifications = True
+    separate_writer = True
     codec = CODEC
     orders_in_sql = True
     # The room counted (a setting of the transaction), then one row update admitting and

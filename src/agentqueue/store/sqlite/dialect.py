@@ -189,6 +189,7 @@ class SQLiteDialect:
         if writer not in WRITER_MODES:
             raise InvalidInput(f"must be thread or process, not {writer!r}", "db.writer")
         self.writer_mode = writer
+        self.separate_writer = writer == "process"
         self._writer: ThreadWriter | ProcessWriter = (
             ProcessWriter if writer == "process" else ThreadWriter
         )(self.path, busy_timeout_ms, synchronous)
