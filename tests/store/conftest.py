@@ -96,7 +96,7 @@ def raw(db_url: str) -> RawDatabase:
 
 
 @pytest.fixture(
-    params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)],
+    params=["sqlite", "sqlite-process", pytest.param("postgres", marks=pytest.mark.postgres)],
 )
 def fresh_db_urls(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], str]]:
     """A factory of brand-new databases of each kind that nothing has migrated yet."""
@@ -107,8 +107,9 @@ def fresh_db_urls(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Ca
         server = request.getfixturevalue(PG_SERVER_FIXTURE)
 
     def make() -> str:
-        if request.param == "sqlite":
-            return f"sqlite:///{tmp_path / f'fresh-{uuid.uuid4().hex[:8]}.db'}"
+        if request.param.startswith("sqlite"):
+            url = f"sqlite:///{tmp_path / f'fresh-{uuid.uuid4().hex[:8]}.db'}"
+            return f"{url}?writer=process" if request.param == "sqlite-process" else url
         name = f"aq_fresh_{uuid.uuid4().hex[:12]}"
         with psycopg.connect(server, autocommit=True) as admin:
             admin.execute(f'CREATE DATABASE "{name}"'.encode())

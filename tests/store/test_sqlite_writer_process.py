@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from agentqueue import AsyncQueue
-from agentqueue.domain.errors import InvalidInput, StoreUnavailable
+from agentqueue.domain.errors import InvalidInput, StoreLocked, StoreUnavailable
+from agentqueue.store.sqlite.dialect import sqlite_store
 
 WITHIN_SECS = 20.0
 
@@ -66,6 +67,25 @@ async def test_the_writes_are_made_by_a_child_process(queue: AsyncQueue) -> None
     assert (await queue.verify()).ok
     await queue.close()
     assert not _alive(pid)
+
+
+async def test_errors_in_the_writer_arrive_classified(tmp_path: Path) -> None:
+    path = tmp_path / "q.db"
+    async with AsyncQueue(f"sqlite:///{path}") as queue:
+        await queue.submit(title="t", task_type="docs")
+    store = sqlite_store(f"sqlite:///{path}", busy_timeout_ms=200, writer="process")
+    await store.open()
+    holder = sqlite3.connect(path, isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")  # another process's write lock, held
+        with pytest.raises(StoreLocked, match="another process holds the write lock"):
+            await store.record_worker("w", 1, 0, datetime.now(UTC))
+        holder.execute("ROLLBACK")
+        await store.record_worker("w", 1, 0, datetime.now(UTC))
+        assert _worker_names(path) == ["w"]
+    finally:
+        holder.close()
+        await store.close()
 
 
 def test_an_unknown_writer_is_refused_naming_the_field(tmp_path: Path) -> None:

@@ -62,8 +62,16 @@ async def test_dialect_and_push_notifications_describe_the_backend(db_url: str) 
     try:
         expected = ("sqlite", False) if db_url.startswith("sqlite:") else ("postgres", True)
         assert (store.dialect, store.push_notifications) == expected
+        # The database writes apart from this process on PostgreSQL and from SQLite's writer
+        # process, not from its thread (the default unless the opener or the URL says).
+        apart = not db_url.startswith("sqlite:") or "writer=process" in db_url
+        assert store.separate_writer is apart
     finally:
         await store.close()
+    if db_url.startswith("sqlite:") and "writer=" not in db_url:
+        chosen = make_store(db_url, sqlite_writer="process")
+        assert chosen.separate_writer is True
+        await chosen.close()
 
 
 async def test_commits_counts_write_transactions_and_not_reads(store: Store, rt: Runtime) -> None:
