@@ -181,7 +181,7 @@ async def test_sigterm_to_the_whole_group_still_records_every_outcome(
     worker = start_worker("--concurrency", "4", "--grace", "20")
     await wait_for(live_queue, lambda c: c[S.EXECUTING] == 4, what="all four running")
     children = _children(worker.proc.pid)
-    writers = [pid for pid, line in children.items() if "agentqueue.store.sqlite.writer" in line]
+    writers = [pid for pid, line in children.items() if "agentqueue.store.sqlite.ops" in line]
     # On SQLite the worker writes from a process of its own (in its process group).
     assert len(writers) == (1 if db_url.startswith("sqlite") else 0), children
     # What a service manager (or a terminal's Ctrl-C) does: the signal reaches every process

@@ -3,8 +3,10 @@
 Idle: a worker (default settings: scheduler steps on, concurrency 10) with nothing to do, watched
 for a while once it has started: CPU seconds (utime + stime of /proc/<pid>/stat) as a percentage
 of one core, and peak RSS (VmHWM of /proc/<pid>/status), each of the worker and its SQLite
-writer process added up. Busy: the same figures for a worker process during a drain of N no-op
-tasks (concurrency 100).
+writer process added up (the target's figure; the pages both map, the interpreter's among them,
+counted twice); beside them the worker's own peak RSS and the pair's PSS (each shared page
+counted once: what they cost the machine's memory). Busy: the same figures for a worker
+process during a drain of N no-op tasks (concurrency 100).
 """
 
 from __future__ import annotations
@@ -26,7 +28,14 @@ from .common import (
 )
 from .db import fresh_url
 from .drain import drain_agentqueue
-from .procs import Child, tree_cpu_seconds, tree_peak_rss_bytes
+from .procs import (
+    Child,
+    peak_rss_bytes,
+    tree_cpu_seconds,
+    tree_peak_rss_bytes,
+    tree_pids,
+    tree_pss_bytes,
+)
 
 NAME = "cost"
 IDLE_CONCURRENCY = 10
@@ -53,6 +62,9 @@ async def idle(ctx: BenchContext, backend: Backend) -> dict[str, Any]:
         await asyncio.sleep(ctx.sizes.idle_secs)
         cpu1, t1 = tree_cpu_seconds(child.pid), time.perf_counter()
         peak = tree_peak_rss_bytes(child.pid)
+        alone = peak_rss_bytes(child.pid)
+        pss = tree_pss_bytes(child.pid)
+        processes = len(tree_pids(child.pid))
         await child.stop()
     finally:
         await child.kill()
@@ -61,6 +73,9 @@ async def idle(ctx: BenchContext, backend: Backend) -> dict[str, Any]:
         "cpu_secs": cpu1 - cpu0,
         "cpu_percent": 100 * (cpu1 - cpu0) / (t1 - t0),
         "peak_rss_mib": mib(peak),
+        "worker_peak_rss_mib": mib(alone),
+        "pss_mib": mib(pss),
+        "processes": processes,
         "concurrency": IDLE_CONCURRENCY,
     }
 
@@ -104,6 +119,17 @@ def rows(result: dict[str, Any]) -> list[Row]:
         out.append(
             target_row(NAME, system, "idle peak RSS", quiet["peak_rss_mib"], "<", 60, " MiB")
         )
+        if quiet.get("pss_mib") is not None:
+            out.append(
+                Row(
+                    NAME,
+                    system,
+                    f"idle: {quiet['processes']} process(es); the worker's own peak RSS "
+                    f"{fmt_value(quiet['worker_peak_rss_mib'], ' MiB')}, PSS of all "
+                    f"{fmt_value(quiet['pss_mib'], ' MiB')} (shared pages counted once)",
+                    quiet["pss_mib"],
+                )
+            )
         out.append(
             Row(
                 NAME,

@@ -242,6 +242,22 @@ def tree_peak_rss_bytes(pid: int) -> int | None:
     return sum(p for p in peaks if p is not None) if peaks[0] is not None else None
 
 
+def tree_pss_bytes(pid: int) -> int | None:
+    """The proportional set sizes (Pss of /proc/<pid>/smaps_rollup: each shared page counted
+    once, split among the processes that map it) of ``pid`` and its descendants, added up:
+    what the processes together cost the machine's memory now."""
+    total = 0
+    for one in tree_pids(pid):
+        try:
+            text = Path(f"/proc/{one}/smaps_rollup").read_text()
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            if one == pid:
+                return None
+            continue
+        total += sum(int(line.split()[1]) for line in text.splitlines() if line.startswith("Pss:"))
+    return total * 1024
+
+
 def own_and_children_peak_rss_bytes() -> int | None:
     """This process's peak resident set plus the largest of its ended children's (its SQLite
     writer process, once the queue is closed): an upper bound of their peak together."""
