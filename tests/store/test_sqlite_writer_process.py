@@ -6,6 +6,7 @@ what a transaction had written when it died is rolled back."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sqlite3
@@ -124,6 +125,35 @@ async def test_a_writer_that_died_is_started_again_and_its_open_transaction_is_g
     assert second != first and _alive(second) and not _alive(first)
     assert _worker_names(tmp_path / "q.db") == ["before", "later"]
     assert (await queue.verify()).ok
+
+
+async def test_a_cancelled_write_does_not_start_a_second_process(queue: AsyncQueue) -> None:
+    store = queue.store
+    writer = store._d._writer  # type: ignore[attr-defined]
+    now = datetime.now(UTC)
+    first = _writer_pid(queue)
+    os.kill(first, signal.SIGKILL)
+    deadline = time.monotonic() + WITHIN_SECS
+    while not writer._replies.lost:  # the parent has seen it end
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.02)
+    spawned = []
+    real = writer._spawn
+
+    def spawn() -> object:
+        spawned.append(1)
+        return real()
+
+    writer._spawn = spawn
+    # A write that begins the start and is cancelled at once; the start goes on, and the next
+    # write waits for it rather than starting another process.
+    cancelled = asyncio.create_task(store.record_worker("cancelled", 1, 0, now))
+    await asyncio.sleep(0)
+    cancelled.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await cancelled
+    await store.record_worker("next", 1, 0, now)
+    assert len(spawned) == 1 and _alive(_writer_pid(queue))
 
 
 PARENT = """

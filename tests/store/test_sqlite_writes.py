@@ -116,7 +116,9 @@ async def test_a_write_waits_for_an_open_transaction_and_is_not_part_of_it(
     assert _worker_names(queue) == ["beside"]
 
 
-async def test_writes_handed_over_together_all_commit_in_order(queue: AsyncQueue) -> None:
+async def test_writes_handed_over_together_are_all_in_flight_and_all_commit(
+    queue: AsyncQueue,
+) -> None:
     store = queue.store
     now = datetime.now(UTC)
     before = store.commits

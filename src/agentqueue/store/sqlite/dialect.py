@@ -26,7 +26,7 @@ from ..migrate import Migration
 from ..rows import Codec, Row, dump, load_json_text
 from ..sql import SQLStore
 from ..sqlfile import load_queries
-from .writer import WRITER_MODES, ProcessWriter, ThreadWriter
+from .writer import WRITER_MODES, ProcessWriter, ThreadConnection
 
 Q = load_queries("sqlite")
 T = TypeVar("T")
@@ -97,7 +97,7 @@ DEFAULT_WRITER = "thread"
 class SQLiteSession:
     """Named queries on one of the two connections, each (with its follow-ups) in one hop."""
 
-    def __init__(self, conn: ThreadWriter | ProcessWriter, commit: bool = False) -> None:
+    def __init__(self, conn: ThreadConnection | ProcessWriter, commit: bool = False) -> None:
         self._conn = conn
         self._commit = commit
 
@@ -190,10 +190,10 @@ class SQLiteDialect:
             raise InvalidInput(f"must be thread or process, not {writer!r}", "db.writer")
         self.writer_mode = writer
         self.separate_writer = writer == "process"
-        self._writer: ThreadWriter | ProcessWriter = (
-            ProcessWriter if writer == "process" else ThreadWriter
+        self._writer: ThreadConnection | ProcessWriter = (
+            ProcessWriter if writer == "process" else ThreadConnection
         )(self.path, busy_timeout_ms, synchronous)
-        self._reader = ThreadWriter(self.path, busy_timeout_ms, synchronous)
+        self._reader = ThreadConnection(self.path, busy_timeout_ms, synchronous)
         self._write_lock = asyncio.Lock()
         self._own_commits = 0
         """Commits of this store's own writer (its listeners see them like any other)..."""

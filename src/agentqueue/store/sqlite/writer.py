@@ -3,7 +3,7 @@
 Every write the SQLite dialect makes is one of a few operations on its writer connection
 (``ops.perform``): a named query with its follow-ups, alone or as a transaction of its own; a
 transaction's BEGIN, COMMIT or ROLLBACK; the migrations' two steps. The dialect runs them on a
-thread of its process (:class:`ThreadWriter`, the default) or sends them to a process of its
+thread of its process (:class:`ThreadConnection`, the default) or sends them to a process of its
 own (:class:`ProcessWriter`, ``?writer=process``, what the long-running commands choose), which
 holds the connection and runs the same function (``ops.child_main``). On a thread the
 statements' work shares the interpreter lock with the event loop (sqlite3 takes it for every row
@@ -41,8 +41,9 @@ WRITER_MODES = ("thread", "process")
 # --- in a thread ------------------------------------------------------------------------------
 
 
-class ThreadWriter:
-    """The writer connection on a thread of this process (sqlite3 is synchronous)."""
+class ThreadConnection:
+    """A connection on a thread of this process (sqlite3 is synchronous): the reader's always,
+    the writer's by default."""
 
     def __init__(self, path: Path, busy_timeout_ms: int, synchronous: str) -> None:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentqueue-sqlite")
@@ -75,7 +76,7 @@ class ThreadWriter:
 
     async def op(self, op: str, *args: Any) -> Any:
         """:func:`perform` in the thread."""
-        return await self.run(lambda c: perform(c, op, args))
+        return await self.submit(op, args)
 
     async def close(self) -> None:
         if self.conn is not None:
@@ -169,24 +170,26 @@ class ProcessWriter:
         return replies
 
     async def ready(self) -> None:
-        """Start the process unless it runs (on first use, and again after it ended)."""
+        """Start the process unless it runs (on first use, and again after it ended). One
+        start at a time, seen through even if the caller that began it is cancelled."""
         replies = self._replies
         if replies is not None and not replies.lost:
             return
-        if replies is not None and self._starting is None:
-            code = None if self._process is None else self._process.poll()
-            log.warning(
-                "the SQLite writer process ended (%s); starting another",
-                "still exiting" if code is None else f"exit code {code}",
-            )
         if self._starting is None:
+            if replies is not None:
+                code = None if self._process is None else self._process.poll()
+                log.warning(
+                    "the SQLite writer process ended (%s); starting another",
+                    "still exiting" if code is None else f"exit code {code}",
+                )
             self._starting = asyncio.ensure_future(self._start())
-        try:
-            replies = await asyncio.shield(self._starting)
-        finally:
-            self._starting = None
-        if self._replies is None or self._replies.lost:
-            self._replies, self._keys = replies, None
+            self._starting.add_done_callback(self._started)
+        await asyncio.shield(self._starting)
+
+    def _started(self, start: asyncio.Future[_Replies]) -> None:
+        self._starting = None
+        if not start.cancelled() and start.exception() is None:
+            self._replies, self._keys = start.result(), None
 
     def submit(self, op: str, args: tuple[Any, ...]) -> asyncio.Future[Any]:
         """:func:`perform` sent to the process now (after :meth:`ready`): it answers in the
