@@ -130,8 +130,8 @@ class AsyncQueue:
     The schema is migrated on first use. ``open_wait_secs`` bounds how long opening waits for
     a database server that cannot be reached (default: the store's, 15 s for PostgreSQL).
     ``sqlite_writer`` is where a SQLite database's writer connection lives unless its URL's
-    ``?writer=`` says: ``thread`` (default) or ``process`` (what the long-running commands
-    choose; README, Storage).
+    ``?writer=`` says: ``thread`` (default), ``process``, or ``auto`` (a process while busy, a
+    thread while quiet: what the long-running commands choose; README, Storage).
     """
 
     def __init__(

@@ -21,7 +21,7 @@ from agentqueue.domain.states import Action, bulk_event
 from agentqueue.store.errors import StoreError
 
 
-@pytest.fixture(params=["thread", "process"])
+@pytest.fixture(params=["thread", "process", "auto"])
 async def queue(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[AsyncQueue]:
     async with AsyncQueue(f"sqlite:///{tmp_path / 'q.db'}?writer={request.param}") as q:
         assert q.store._d.writer_mode == request.param  # type: ignore[attr-defined]

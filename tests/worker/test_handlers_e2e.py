@@ -9,6 +9,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from worker_helpers import ended, executions, wait_for
 
 from agentqueue import AsyncQueue, TaskState
@@ -231,3 +232,42 @@ async def test_an_attempt_past_its_timeout_is_stopped_and_retried_then_dead_lett
     assert dead.retry_count == 1 and "timed out after 1s" in (dead.error or "")
     stopped = [what for _, _, what in executions(record_file)]
     assert stopped.count("ran") == 2 and stopped.count("cancelled") == 2
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+async def test_an_idle_sqlite_worker_gives_its_writer_process_back_and_still_works(
+    live_queue: AsyncQueue, start_worker
+) -> None:
+    """The worker's writer process (started with it) ends once the worker has been quiet for a
+    few seconds; the writes then go from the worker's own thread, and a burst of work brings a
+    process back."""
+    worker = start_worker("--concurrency", "4")
+
+    def writers() -> list[int]:
+        return [
+            pid
+            for pid, line in _children(worker.proc.pid).items()
+            if "agentqueue.store.sqlite.ops" in line and _running(pid)
+        ]
+
+    deadline = time.monotonic() + 60
+    while not writers():
+        assert time.monotonic() < deadline, "the worker started no writer process"
+        await asyncio.sleep(0.05)
+    while writers():
+        assert time.monotonic() < deadline, "the idle worker kept its writer process"
+        await asyncio.sleep(0.1)
+    made = (await live_queue.submit(title="one", task_type="sleep", payload={"secs": 0})).task
+    await wait_for(live_queue, lambda c: c[S.COMPLETED] == 1, what="the task on the thread")
+    assert (await live_queue.get(made.id)).state is S.COMPLETED
+    assert not writers()
+    await live_queue.submit_many(
+        [{"title": f"b{i}", "task_type": "sleep", "payload": {"secs": 0}} for i in range(3000)]
+    )
+    while not writers():
+        assert time.monotonic() < deadline + 60, "no writer process for a burst of work"
+        await asyncio.sleep(0.05)
+    await wait_for(live_queue, lambda c: c[S.COMPLETED] == 3001, what="the burst")
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(timeout=30) == 0, worker.output()
+    assert (await live_queue.verify()).ok

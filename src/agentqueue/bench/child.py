@@ -87,8 +87,8 @@ def make_queue(
 ) -> AsyncQueue:
     """A queue with one async handler for ``task_type``: no-op, or a sleep (I/O wait). With
     ``stamp`` the no-op returns when it began, ``{"began_at_us": <wall clock, microseconds>}``."""
-    # SQLite's writer in a process of its own, as the long-running commands run it.
-    queue = AsyncQueue(url, actor="bench", settings=settings or Settings(), sqlite_writer="process")
+    # SQLite's writer as the long-running commands place it (a process while busy).
+    queue = AsyncQueue(url, actor="bench", settings=settings or Settings(), sqlite_writer="auto")
 
     async def noop(task: Task, ctx: TaskContext) -> dict[str, int] | None:
         return {"began_at_us": time.time_ns() // 1000} if stamp else None

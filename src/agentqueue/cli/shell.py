@@ -174,8 +174,9 @@ def run_db(
             actor=opts["actor"],
             tenant=tenant,
             open_wait_secs=ONE_SHOT_WAIT_SECS if one_shot else LONG_RUNNING_OPEN_WAIT_SECS,
-            # A long-running process writes SQLite from a process of its own (README, Storage).
-            sqlite_writer=None if one_shot else "process",
+            # A long-running process writes SQLite from a process of its own while it is busy
+            # and from a thread while it is quiet (README, Storage).
+            sqlite_writer=None if one_shot else "auto",
         )
         try:
             return await action(queue)

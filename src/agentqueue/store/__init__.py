@@ -45,8 +45,8 @@ def describe_url(url: str) -> str:
 
 def make_store(url: str, *, sqlite_writer: str | None = None) -> Store:
     """The store for a database URL: ``sqlite:///file.db`` or ``postgresql://...``.
-    ``sqlite_writer`` is where SQLite's writer connection lives (``thread``, the default, or
-    ``process``) unless the URL's ``?writer=`` says."""
+    ``sqlite_writer`` is where SQLite's writer connection lives (``thread``, the default,
+    ``process`` or ``auto``) unless the URL's ``?writer=`` says."""
     if url.startswith("sqlite:"):
         from .sqlite.dialect import sqlite_store
 

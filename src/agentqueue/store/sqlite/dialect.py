@@ -1,7 +1,8 @@
 """The SQLite dialect: one file in WAL mode, writes under BEGIN IMMEDIATE, a busy timeout.
 
 sqlite3 is synchronous, so each connection lives off the event loop and async callers hop to it.
-One connection writes, on a thread of this process or in a process of its own (``writer.py``;
+One connection writes, on a thread of this process, in a process of its own, or in a process
+while busy and on a thread while quiet (``writer.py``;
 transactions are serialised in-process by a lock and across processes by SQLite's write lock);
 another reads, on a thread, which WAL lets run beside the writer. Only what differs from
 PostgreSQL is here; the operations are in ``store/sql.py``.
@@ -26,7 +27,7 @@ from ..migrate import Migration
 from ..rows import Codec, Row, dump, load_json_text
 from ..sql import SQLStore
 from ..sqlfile import load_queries
-from .writer import WRITER_MODES, ProcessWriter, ThreadConnection
+from .writer import WRITER_MODES, AutoWriter, ProcessWriter, ThreadConnection
 
 Q = load_queries("sqlite")
 T = TypeVar("T")
@@ -90,14 +91,16 @@ def parse_sqlite_url(url: str) -> tuple[Path, dict[str, str]]:
 
 
 DEFAULT_WRITER = "thread"
-"""Where the writer connection lives unless the URL (``?writer=thread|process``) or the opener
-(``writer=``: the long-running commands choose ``process``) says."""
+"""Where the writer connection lives unless the URL (``?writer=thread|process|auto``) or the
+opener (``writer=``: the long-running commands choose ``auto``) says."""
+
+Writer = ThreadConnection | ProcessWriter | AutoWriter
 
 
 class SQLiteSession:
     """Named queries on one of the two connections, each (with its follow-ups) in one hop."""
 
-    def __init__(self, conn: ThreadConnection | ProcessWriter, commit: bool = False) -> None:
+    def __init__(self, conn: Writer, commit: bool = False) -> None:
         self._conn = conn
         self._commit = commit
 
@@ -187,14 +190,19 @@ class SQLiteDialect:
             raise InvalidInput("must be OFF, NORMAL, FULL or EXTRA", "db.synchronous")
         writer = options.get("writer", writer or DEFAULT_WRITER).lower()
         if writer not in WRITER_MODES:
-            raise InvalidInput(f"must be thread or process, not {writer!r}", "db.writer")
+            raise InvalidInput(f"must be thread, process or auto, not {writer!r}", "db.writer")
         self.writer_mode = writer
-        self.separate_writer = writer == "process"
-        self._writer: ThreadConnection | ProcessWriter = (
-            ProcessWriter if writer == "process" else ThreadConnection
-        )(self.path, busy_timeout_ms, synchronous)
-        self._reader = ThreadConnection(self.path, busy_timeout_ms, synchronous)
+        # A worker tunes itself for a writer apart when it will have one while busy.
+        self.separate_writer = writer != "thread"
         self._write_lock = asyncio.Lock()
+        self._writer: Writer
+        if writer == "auto":
+            self._writer = AutoWriter(self.path, busy_timeout_ms, synchronous, self._write_lock)
+        else:
+            self._writer = (ProcessWriter if writer == "process" else ThreadConnection)(
+                self.path, busy_timeout_ms, synchronous
+            )
+        self._reader = ThreadConnection(self.path, busy_timeout_ms, synchronous)
         self._own_commits = 0
         """Commits of this store's own writer (its listeners see them like any other)..."""
         self._lease_commits = 0

@@ -4,8 +4,9 @@ Every write the SQLite dialect makes is one of a few operations on its writer co
 (``ops.perform``): a named query with its follow-ups, alone or as a transaction of its own; a
 transaction's BEGIN, COMMIT or ROLLBACK; the migrations' two steps. The dialect runs them on a
 thread of its process (:class:`ThreadConnection`, the default) or sends them to a process of its
-own (:class:`ProcessWriter`, ``?writer=process``, what the long-running commands choose), which
-holds the connection and runs the same function (``ops.child_main``). On a thread the
+own (:class:`ProcessWriter`, ``?writer=process``), which holds the connection and runs the same
+function (``ops.child_main``), or in a process while busy and on a thread while quiet
+(:class:`AutoWriter`, ``?writer=auto``, what the long-running commands choose). On a thread the
 statements' work shares the interpreter lock with the event loop (sqlite3 takes it for every row
 it returns and every Python function SQL calls: the audit hashes), so the two take turns; in a
 process each has a core. Both take operations as they are handed over and run them in order.
@@ -14,6 +15,7 @@ process each has a core. Both take operations as they are handed over and run th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import pickle
@@ -21,6 +23,7 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -35,7 +38,7 @@ from .ops import LENGTH, frame, open_connection, perform
 log = logging.getLogger("agentqueue.store")
 T = TypeVar("T")
 
-WRITER_MODES = ("thread", "process")
+WRITER_MODES = ("thread", "process", "auto")
 
 
 # --- in a thread ------------------------------------------------------------------------------
@@ -101,6 +104,9 @@ class _Replies(asyncio.Protocol):
         self.buffer = bytearray()
         self.transport: asyncio.Transport | None = None
         self.lost = False
+        self.answered = asyncio.Event()
+        """Set while nothing handed over waits for its answer."""
+        self.answered.set()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -124,6 +130,8 @@ class _Replies(asyncio.Protocol):
                 future.set_exception(value)
         if start:
             del buffer[:start]
+        if not self.waiting:
+            self.answered.set()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
@@ -131,6 +139,7 @@ class _Replies(asyncio.Protocol):
             future = self.waiting.popleft()
             if not future.done():
                 future.set_exception(StoreUnavailable("SQLite: the writer process ended"))
+        self.answered.set()
 
 
 class ProcessWriter:
@@ -205,6 +214,7 @@ class ProcessWriter:
             message = (op, args, self._args, keys)
             self._keys = keys
         replies.waiting.append(future)
+        replies.answered.clear()
         replies.transport.write(frame(message))
         return future
 
@@ -221,3 +231,143 @@ class ProcessWriter:
         if process is not None:
             loop = asyncio.get_running_loop()
             await loop.run_in_executor(None, process.wait)
+
+    async def retire(self) -> None:
+        """Close once the operations handed over have been answered (nothing is cut off)."""
+        if self._replies is not None:
+            await self._replies.answered.wait()
+        await self.close()
+
+
+# --- a process while busy, a thread while quiet -----------------------------------------------
+
+
+class AutoWriter:
+    """The writer in a process while writes keep it busy, on a thread once they are few
+    (``?writer=auto``, what the long-running commands choose).
+
+    A worker draining tasks keeps its writer busy most of the time, and there a process of its
+    own is worth its cost (its own core instead of turns with the event loop); an idle worker
+    writes once every few seconds, and there the process is 20 MiB for nothing. So the writer
+    starts in a process, moves to a thread of this process when it has been busy less than
+    ``quiet_share`` of the time for ``quiet_windows`` windows of ``window_secs`` in a row (the
+    process is closed once it has answered what it was handed), and back to a process when a
+    window finds it busy ``busy_share`` of the time or more. Busy means at least one operation
+    handed over and not yet answered.
+
+    A move happens under the dialect's write lock, which every transaction holds from BEGIN to
+    its end, so a transaction's statements all go to one connection; single writes already
+    handed over finish where they were handed. Two connections may then write for a moment
+    side by side, each write whole: SQLite's file lock orders them, as it does two processes'.
+    """
+
+    window_secs = 0.5
+    busy_share = 0.25
+    quiet_share = 0.05
+    quiet_windows = 10
+
+    def __init__(
+        self, path: Path, busy_timeout_ms: int, synchronous: str, lock: asyncio.Lock
+    ) -> None:
+        self.thread = ThreadConnection(path, busy_timeout_ms, synchronous)
+        self.process = ProcessWriter(path, busy_timeout_ms, synchronous)
+        self.current: ThreadConnection | ProcessWriter = self.process
+        self._lock = lock
+        self._moving = asyncio.Lock()
+        """One move at a time, each seen through (a process is closed only once unused)."""
+        self._handed = 0
+        self._busy_since = 0.0
+        self._busy_secs = 0.0
+        self._watch: asyncio.Task[None] | None = None
+        self.moves = 0
+        """Moves made (either way), for tests and logs."""
+
+    async def ready(self) -> None:
+        """The current connection ready; the watch that moves it started (with the first)."""
+        if self._watch is None:
+            self._watch = asyncio.ensure_future(self._watching())
+        await self.current.ready()
+
+    def submit(self, op: str, args: tuple[Any, ...]) -> asyncio.Future[Any]:
+        """:func:`perform` handed to the current connection now."""
+        future = self.current.submit(op, args)
+        if self._handed == 0:
+            self._busy_since = time.monotonic()
+        self._handed += 1
+        future.add_done_callback(self._answered)
+        return future
+
+    def _answered(self, _: asyncio.Future[Any]) -> None:
+        self._handed -= 1
+        if self._handed == 0:
+            self._busy_secs += time.monotonic() - self._busy_since
+
+    async def op(self, op: str, *args: Any) -> Any:
+        """:func:`perform` on the current connection."""
+        await self.ready()
+        return await self.submit(op, args)
+
+    def _busy_share(self, since: float, now: float) -> float:
+        """The share of the time since ``since`` that the writer was busy (and restart the
+        count from ``now``)."""
+        busy = self._busy_secs
+        if self._handed:
+            busy += now - self._busy_since
+            self._busy_since = now
+        self._busy_secs = 0.0
+        return busy / max(now - since, 1e-9)
+
+    async def _watching(self) -> None:
+        quiet = 0
+        since = time.monotonic()
+        while True:
+            await asyncio.sleep(self.window_secs)
+            now = time.monotonic()
+            share = self._busy_share(since, now)
+            since = now
+            if self.current is self.thread:
+                if share >= self.busy_share:
+                    await self.move_to_process()
+                    since = time.monotonic()
+                    self._busy_share(since, since)
+            elif share < self.quiet_share:
+                quiet += 1
+                if quiet >= self.quiet_windows:
+                    quiet = 0
+                    await self.move_to_thread()
+            else:
+                quiet = 0
+
+    async def move_to_process(self) -> None:
+        """Start the process (this process goes on writing on the thread meanwhile), then
+        send the writes there."""
+        async with self._moving:
+            if self.current is self.process:
+                return
+            try:
+                await self.process.ready()
+            except Exception as exc:  # it stays on the thread, which works
+                log.warning("could not start the SQLite writer process (%s); on a thread", exc)
+                return
+            async with self._lock:
+                self.current = self.process
+                self.moves += 1
+
+    async def move_to_thread(self) -> None:
+        """Send the writes to the thread, then close the process once it has answered."""
+        async with self._moving:
+            if self.current is self.thread:
+                return
+            async with self._lock:
+                self.current = self.thread
+                self.moves += 1
+            await self.process.retire()
+
+    async def close(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watch
+            self._watch = None
+        await self.process.close()
+        await self.thread.close()

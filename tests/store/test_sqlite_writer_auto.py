@@ -1,0 +1,171 @@
+"""SQLite's writer placed by how busy it is (``?writer=auto``, what the long-running commands
+choose): it starts in a process of its own, moves to a thread of this process when writes have
+become few (and the process ends), and back to a process when they are many again; a move never
+splits a transaction between the two connections and never loses a write handed over."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from agentqueue import AsyncQueue
+from agentqueue.store.sqlite.writer import AutoWriter, ProcessWriter, ThreadConnection
+
+WITHIN_SECS = 30.0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _worker_names(path: Path) -> list[str]:
+    conn = sqlite3.connect(path)
+    try:
+        return [r[0] for r in conn.execute("SELECT name FROM aq_workers ORDER BY name")]
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def quick() -> Iterator[None]:
+    """Windows of 50 ms and three quiet ones before a move to the thread (the defaults take
+    seconds)."""
+    saved = AutoWriter.window_secs, AutoWriter.quiet_windows
+    AutoWriter.window_secs, AutoWriter.quiet_windows = 0.05, 3
+    yield
+    AutoWriter.window_secs, AutoWriter.quiet_windows = saved
+
+
+@pytest.fixture
+async def queue(quick: None, tmp_path: Path) -> AsyncIterator[AsyncQueue]:
+    async with AsyncQueue(f"sqlite:///{tmp_path / 'q.db'}", sqlite_writer="auto") as q:
+        yield q
+
+
+def _writer(queue: AsyncQueue) -> AutoWriter:
+    writer = queue.store._d._writer  # type: ignore[attr-defined]
+    assert isinstance(writer, AutoWriter)
+    return writer
+
+
+async def _until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + WITHIN_SECS
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {WITHIN_SECS:g} s: {what}"
+        await asyncio.sleep(0.02)
+
+
+async def test_it_starts_in_a_process_and_gives_it_back_when_quiet(queue: AsyncQueue) -> None:
+    writer = _writer(queue)
+    await queue.submit(title="first", task_type="docs")
+    assert isinstance(writer.current, ProcessWriter)
+    assert writer.process._process is not None
+    pid = writer.process._process.pid
+    assert pid != os.getpid() and _alive(pid)
+    # Nothing more to write: the writes move to this process's thread and the process ends.
+    await _until(lambda: isinstance(writer.current, ThreadConnection), "moved to the thread")
+    await _until(lambda: not _alive(pid), "the writer process ended")
+    assert writer.process._process is None
+    made = await queue.submit(title="second", task_type="docs")
+    assert writer.process._process is None  # written on the thread, no process started
+    assert (await queue.get(made.task.id)).title == "second"
+    assert (await queue.verify()).ok
+
+
+async def test_many_writes_move_it_back_to_a_process(queue: AsyncQueue) -> None:
+    writer = _writer(queue)
+    await _until(lambda: isinstance(writer.current, ThreadConnection), "moved to the thread")
+    moves = writer.moves
+    stop = asyncio.Event()
+
+    async def keep_writing() -> int:
+        made = 0
+        while not stop.is_set():
+            await asyncio.gather(
+                *(queue.submit(title=f"t{made + i}", task_type="docs") for i in range(20))
+            )
+            made += 20
+        return made
+
+    writing = asyncio.create_task(keep_writing())
+    try:
+        await _until(lambda: isinstance(writer.current, ProcessWriter), "moved to a process")
+    finally:
+        stop.set()
+        made = await writing
+    assert writer.moves == moves + 1
+    assert writer.process._process is not None and _alive(writer.process._process.pid)
+    stats = await queue.stats()
+    assert sum(stats.by_state.values()) == made
+    assert (await queue.verify()).ok
+
+
+async def test_moves_never_split_a_transaction_nor_lose_a_write(
+    quick: None, tmp_path: Path
+) -> None:
+    """Moves back and forth, made as fast as they can be, while transactions of two statements
+    (with a pause between) and single writes go on: each transaction's statements go to one
+    connection (a statement sent to the other would wait for the file's write lock, which the
+    transaction holds, and fail after the busy timeout), and every write lands once."""
+    path = tmp_path / "q.db"
+    async with AsyncQueue(f"sqlite:///{path}?writer=thread") as setup:
+        await setup.stats()  # migrated
+    async with AsyncQueue(f"sqlite:///{path}", sqlite_writer="auto") as queue:
+        store, writer = queue.store, _writer(queue)
+        d = store._d  # type: ignore[attr-defined]
+        # A short busy timeout, so a split transaction fails in seconds rather than 30.
+        for conn in (writer.thread, writer.process):
+            conn._args = (conn._args[0], 2_000, conn._args[2])
+        await writer.process.close()
+        now = datetime.now(UTC)
+        stop = asyncio.Event()
+
+        async def move() -> int:
+            moves = 0
+            while not stop.is_set():
+                await writer.move_to_thread()
+                await asyncio.sleep(0.01)
+                await writer.move_to_process()
+                moves += 2
+            return moves
+
+        async def transactions(k: int) -> None:
+            for i in range(15):
+                async with d.transaction() as s:
+                    for part in ("a", "b"):
+                        name = f"tx{k}-{i:02}-{part}"
+                        await s.execute(
+                            "record_worker", d.codec.params(name=name, slots=1, busy=0, now=now)
+                        )
+                        await asyncio.sleep(0.005)
+
+        async def singles(k: int) -> None:
+            for i in range(40):
+                await store.record_worker(f"one{k}-{i:02}", 1, 0, now)
+                await asyncio.sleep(0.002)
+
+        mover = asyncio.create_task(move())
+        try:
+            await asyncio.gather(
+                *(transactions(k) for k in range(3)), *(singles(k) for k in range(3))
+            )
+        finally:
+            stop.set()
+            moves = await mover
+        assert moves >= 4
+    expected = sorted(
+        [f"tx{k}-{i:02}-{p}" for k in range(3) for i in range(15) for p in "ab"]
+        + [f"one{k}-{i:02}" for k in range(3) for i in range(40)]
+    )
+    assert _worker_names(path) == expected
