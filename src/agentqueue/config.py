@@ -296,7 +296,7 @@ class WorkerSettings(_Section):
     """How workers run."""
 
     concurrency: int | None = Field(default=None, ge=1, le=10_000)
-    """Slots per worker; unset: its handlers' (500 when all are async, else 10) plus each of
+    """Slots per worker; unset: its handlers' (1000 when all are async, else 10) plus each of
     its agents' ``max_concurrent`` (see agentqueue.worker.tuning)."""
     heartbeat_secs: float | None = Field(default=None, gt=0, le=600)
     grace_secs: float = Field(default=30.0, ge=0, le=3600)
