@@ -36,8 +36,9 @@ def sqlite_path(url: str) -> str:
 )
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """An empty database of each kind, SQLite twice: its writer connection in the store's
-    thread (the default) and in a process of its own (``?writer=process``, what the
-    long-running commands choose): every store behaviour holds both ways."""
+    thread (the default) and in a process of its own (``?writer=process``, where the
+    long-running commands' ``auto`` writer is while they are busy): every store behaviour holds
+    both ways."""
     if request.param == "postgres":
         url: str = request.getfixturevalue("pg_url")
         return url

@@ -1,5 +1,5 @@
-"""SQLite's writer in a process of its own (``?writer=process``, what the long-running commands
-choose): it lives as long as its parent and no longer, ignores the signals a terminal or a
+"""SQLite's writer in a process of its own (``?writer=process``, and the long-running commands'
+``auto`` writer while they are busy): it lives as long as its parent and no longer, ignores the signals a terminal or a
 service manager sends the whole process group, and when it dies the next write starts another;
 what a transaction had written when it died is rolled back."""
 
