@@ -7,34 +7,18 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from sqlite_writer_helpers import alive, worker_names
 
 from agentqueue import AsyncQueue
 from agentqueue.store.sqlite.writer import AutoWriter, ProcessWriter, ThreadConnection
 
 WITHIN_SECS = 30.0
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
-def _worker_names(path: Path) -> list[str]:
-    conn = sqlite3.connect(path)
-    try:
-        return [r[0] for r in conn.execute("SELECT name FROM aq_workers ORDER BY name")]
-    finally:
-        conn.close()
 
 
 @pytest.fixture
@@ -72,10 +56,10 @@ async def test_it_starts_in_a_process_and_gives_it_back_when_quiet(queue: AsyncQ
     assert isinstance(writer.current, ProcessWriter)
     assert writer.process._process is not None
     pid = writer.process._process.pid
-    assert pid != os.getpid() and _alive(pid)
+    assert pid != os.getpid() and alive(pid)
     # Nothing more to write: the writes move to this process's thread and the process ends.
     await _until(lambda: isinstance(writer.current, ThreadConnection), "moved to the thread")
-    await _until(lambda: not _alive(pid), "the writer process ended")
+    await _until(lambda: not alive(pid), "the writer process ended")
     assert writer.process._process is None
     made = await queue.submit(title="second", task_type="docs")
     assert writer.process._process is None  # written on the thread, no process started
@@ -105,7 +89,7 @@ async def test_many_writes_move_it_back_to_a_process(queue: AsyncQueue) -> None:
         stop.set()
         made = await writing
     assert writer.moves == moves + 1
-    assert writer.process._process is not None and _alive(writer.process._process.pid)
+    assert writer.process._process is not None and alive(writer.process._process.pid)
     stats = await queue.stats()
     assert sum(stats.by_state.values()) == made
     assert (await queue.verify()).ok
@@ -168,4 +152,4 @@ async def test_moves_never_split_a_transaction_nor_lose_a_write(
         [f"tx{k}-{i:02}-{p}" for k in range(3) for i in range(15) for p in "ab"]
         + [f"one{k}-{i:02}" for k in range(3) for i in range(40)]
     )
-    assert _worker_names(path) == expected
+    assert worker_names(path) == expected

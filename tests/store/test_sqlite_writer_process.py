@@ -1,7 +1,7 @@
 """SQLite's writer in a process of its own (``?writer=process``, and the long-running commands'
-``auto`` writer while they are busy): it lives as long as its parent and no longer, ignores the signals a terminal or a
-service manager sends the whole process group, and when it dies the next write starts another;
-what a transaction had written when it died is rolled back."""
+``auto`` writer while they are busy): it lives as long as its parent and no longer, ignores the
+signals a terminal or a service manager sends the whole process group, and when it dies the next
+write starts another; what a transaction had written when it died is rolled back."""
 
 from __future__ import annotations
 
@@ -18,33 +18,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from sqlite_writer_helpers import alive, stat, worker_names
 
 from agentqueue import AsyncQueue
 from agentqueue.domain.errors import InvalidInput, StoreLocked, StoreUnavailable
 from agentqueue.store.sqlite.dialect import sqlite_store
 
 WITHIN_SECS = 20.0
-
-
-def _stat(pid: int) -> list[str]:
-    """The fields of /proc/PID/stat after the command's name: state, parent, ..."""
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().rsplit(")", 1)[1].split()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return _stat(pid)[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
-def _worker_names(path: Path) -> list[str]:
-    conn = sqlite3.connect(path)
-    try:
-        return [r[0] for r in conn.execute("SELECT name FROM aq_workers ORDER BY name")]
-    finally:
-        conn.close()
 
 
 @pytest.fixture
@@ -62,12 +42,12 @@ def _writer_pid(queue: AsyncQueue) -> int:
 async def test_the_writes_are_made_by_a_child_process(queue: AsyncQueue) -> None:
     made = await queue.submit(title="t", task_type="docs")
     pid = _writer_pid(queue)
-    assert pid != os.getpid() and _alive(pid)
-    assert int(_stat(pid)[1]) == os.getpid()  # its parent: this process
+    assert pid != os.getpid() and alive(pid)
+    assert int(stat(pid)[1]) == os.getpid()  # its parent: this process
     assert (await queue.get(made.task.id)).title == "t"
     assert (await queue.verify()).ok
     await queue.close()
-    assert not _alive(pid)
+    assert not alive(pid)
 
 
 async def test_errors_in_the_writer_arrive_classified(tmp_path: Path) -> None:
@@ -83,7 +63,7 @@ async def test_errors_in_the_writer_arrive_classified(tmp_path: Path) -> None:
             await store.record_worker("w", 1, 0, datetime.now(UTC))
         holder.execute("ROLLBACK")
         await store.record_worker("w", 1, 0, datetime.now(UTC))
-        assert _worker_names(path) == ["w"]
+        assert worker_names(path) == ["w"]
     finally:
         holder.close()
         await store.close()
@@ -101,7 +81,7 @@ async def test_the_writer_ignores_sigint_and_sigterm(queue: AsyncQueue) -> None:
     os.kill(pid, signal.SIGINT)
     os.kill(pid, signal.SIGTERM)
     await asyncio.sleep(0.3)
-    assert _alive(pid)
+    assert alive(pid)
     await queue.submit(title="second", task_type="docs")
     assert _writer_pid(queue) == pid
 
@@ -122,8 +102,8 @@ async def test_a_writer_that_died_is_started_again_and_its_open_transaction_is_g
     # The next write starts another process; what the dead one's transaction wrote is gone.
     await store.record_worker("later", 1, 0, now)
     second = _writer_pid(queue)
-    assert second != first and _alive(second) and not _alive(first)
-    assert _worker_names(tmp_path / "q.db") == ["before", "later"]
+    assert second != first and alive(second) and not alive(first)
+    assert worker_names(tmp_path / "q.db") == ["before", "later"]
     assert (await queue.verify()).ok
 
 
@@ -153,7 +133,7 @@ async def test_a_cancelled_write_does_not_start_a_second_process(queue: AsyncQue
     with contextlib.suppress(asyncio.CancelledError):
         await cancelled
     await store.record_worker("next", 1, 0, now)
-    assert len(spawned) == 1 and _alive(_writer_pid(queue))
+    assert len(spawned) == 1 and alive(_writer_pid(queue))
 
 
 PARENT = """
@@ -184,7 +164,7 @@ def _killed_in_a_transaction(url: str) -> int:
     try:
         assert parent.stdout is not None
         writer = int(parent.stdout.readline())
-        assert _alive(writer)
+        assert alive(writer)
     finally:
         parent.kill()
         parent.wait()
@@ -197,7 +177,7 @@ async def test_the_writer_ends_with_its_parent_and_the_file_is_left_usable(
     url = f"sqlite:///{tmp_path / 'q.db'}?writer=process"
     writer = _killed_in_a_transaction(url)
     deadline = time.monotonic() + WITHIN_SECS
-    while _alive(writer):
+    while alive(writer):
         assert time.monotonic() < deadline, "the writer outlived its parent"
         await asyncio.sleep(0.05)
     # The write lock the parent's open transaction held is free, and what it wrote is gone.
@@ -205,4 +185,4 @@ async def test_the_writer_ends_with_its_parent_and_the_file_is_left_usable(
         await queue.submit(title="next", task_type="docs")
         assert sorted(t.title for t in (await queue.list()).items) == ["kept", "next"]
         assert (await queue.verify()).ok
-    assert _worker_names(tmp_path / "q.db") == []
+    assert worker_names(tmp_path / "q.db") == []
