@@ -1,7 +1,8 @@
 """SQLite's writer placed by how busy it is (``?writer=auto``, what the long-running commands
-choose): it starts in a process of its own, moves to a thread of this process when writes have
-become few (and the process ends), and back to a process when they are many again; a move never
-splits a transaction between the two connections and never loses a write handed over."""
+choose): a process of its own starts with it (the thread writes until it is ready), the writes
+move to a thread of this process when they have become few (and the process ends), and back to
+a process when they are many again; a move never splits a transaction between the two
+connections and never loses a write handed over."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlite_writer_helpers import alive, worker_names
@@ -50,13 +52,44 @@ async def _until(condition: Callable[[], bool], what: str) -> None:
         await asyncio.sleep(0.02)
 
 
-async def test_it_starts_in_a_process_and_gives_it_back_when_quiet(queue: AsyncQueue) -> None:
+async def test_the_thread_writes_while_the_process_starts(
+    quick: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Opening and the first writes do not wait for the process: they go to the thread until
+    it is ready, then the writes move there."""
+    starting, release = asyncio.Event(), asyncio.Event()
+    start = ProcessWriter._start
+
+    async def held_start(self: ProcessWriter) -> Any:
+        starting.set()
+        await release.wait()
+        return await start(self)
+
+    monkeypatch.setattr(ProcessWriter, "_start", held_start)
+    queue = AsyncQueue(f"sqlite:///{tmp_path / 'q.db'}", sqlite_writer="auto")
+    try:
+        try:
+            # Opened, migrated and written while the process's start is held back.
+            made = await asyncio.wait_for(queue.submit(title="t", task_type="docs"), WITHIN_SECS)
+            writer = _writer(queue)
+            assert starting.is_set() and isinstance(writer.current, ThreadConnection)
+            assert writer.process._process is None
+        finally:
+            release.set()
+        await _until(lambda: isinstance(writer.current, ProcessWriter), "moved to the process")
+        assert (await queue.get(made.task.id)).title == "t"
+        assert (await queue.verify()).ok
+    finally:
+        await queue.close()
+
+
+async def test_a_process_starts_with_it_and_is_given_back_when_quiet(queue: AsyncQueue) -> None:
     writer = _writer(queue)
-    await queue.submit(title="first", task_type="docs")
-    assert isinstance(writer.current, ProcessWriter)
+    await _until(lambda: isinstance(writer.current, ProcessWriter), "moved to the process")
     assert writer.process._process is not None
     pid = writer.process._process.pid
     assert pid != os.getpid() and alive(pid)
+    await queue.submit(title="first", task_type="docs")
     # Nothing more to write: the writes move to this process's thread and the process ends.
     await _until(lambda: isinstance(writer.current, ThreadConnection), "moved to the thread")
     await _until(lambda: not alive(pid), "the writer process ended")

@@ -224,6 +224,10 @@ class ProcessWriter:
         return await self.submit(op, args)
 
     async def close(self) -> None:
+        if self._starting is not None:
+            # A start under way is seen through first, so the process it makes is closed too.
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._starting)
         replies, process = self._replies, self._process
         self._replies = self._process = None
         if replies is not None and replies.transport is not None:
@@ -248,10 +252,11 @@ class AutoWriter:
 
     A worker draining tasks keeps its writer busy most of the time, and there a process of its
     own is worth its cost (its own core instead of turns with the event loop); an idle worker
-    writes once every few seconds, and there the process is 20 MiB for nothing. So the writer
-    starts in a process, moves to a thread of this process when it has been busy less than
+    writes once every few seconds, and there the process is 20 MiB for nothing. So a process is
+    started with the writer, and the thread writes until it is ready (so its start is no part of
+    the opener's); the writes move back to the thread when the writer has been busy less than
     ``quiet_share`` of the time for ``quiet_windows`` windows of ``window_secs`` in a row (the
-    process is closed once it has answered what it was handed), and back to a process when a
+    process is closed once it has answered what it was handed), and to a process again when a
     window finds it busy ``busy_share`` of the time or more. Busy means at least one operation
     handed over and not yet answered.
 
@@ -271,7 +276,7 @@ class AutoWriter:
     ) -> None:
         self.thread = ThreadConnection(path, busy_timeout_ms, synchronous)
         self.process = ProcessWriter(path, busy_timeout_ms, synchronous)
-        self.current: ThreadConnection | ProcessWriter = self.process
+        self.current: ThreadConnection | ProcessWriter = self.thread
         self._lock = lock
         self._moving = asyncio.Lock()
         """One move at a time, each seen through (a process is closed only once unused)."""
@@ -318,6 +323,7 @@ class AutoWriter:
         return busy / max(now - since, 1e-9)
 
     async def _watching(self) -> None:
+        await self.move_to_process()
         quiet = 0
         since = time.monotonic()
         while True:
