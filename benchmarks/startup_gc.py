@@ -39,9 +39,10 @@ VARIANTS = {
 }
 
 
-def first_claim_ms(entry: list[str], url: str, n: int) -> float:
-    """Spawn the worker by ``entry``; ms from the spawn to the first claim it recorded."""
-    env = drain_ab.prepare("src", None, None, url, n)
+def first_claim_ms(entry: list[str], url: str, n: int, src: str = "src") -> float:
+    """Spawn the worker by ``entry`` (the agentqueue of the tree ``src``) on ``n`` fresh
+    tasks; ms from the spawn to the first claim it recorded."""
+    env = drain_ab.prepare(src, None, None, url, n)
     spawned = time.time()
     proc = subprocess.Popen(
         [sys.executable, *entry, "worker", "--app", drain_ab.APP],
