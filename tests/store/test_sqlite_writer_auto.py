@@ -186,3 +186,36 @@ async def test_moves_never_split_a_transaction_nor_lose_a_write(
         + [f"one{k}-{i:02}" for k in range(3) for i in range(40)]
     )
     assert worker_names(path) == expected
+
+
+async def test_a_process_that_cannot_start_leaves_the_writes_on_the_thread(
+    quick: None,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """No process can be started (no memory, no fork): the thread writes everything, and a busy
+    writer does not try again every window (one warning, not two a second)."""
+    tries = 0
+
+    def no_spawn(self: ProcessWriter) -> Any:
+        nonlocal tries
+        tries += 1
+        raise OSError(12, "Cannot allocate memory")
+
+    monkeypatch.setattr(ProcessWriter, "_spawn", no_spawn)
+    async with AsyncQueue(f"sqlite:///{tmp_path / 'q.db'}", sqlite_writer="auto") as queue:
+        writer = _writer(queue)
+        made = 0
+        started = time.monotonic()
+        # Busy for many windows: each would try again if a failed start were not waited out.
+        while time.monotonic() - started < 20 * AutoWriter.window_secs:
+            await asyncio.gather(
+                *(queue.submit(title=f"t{made + i}", task_type="docs") for i in range(20))
+            )
+            made += 20
+        assert isinstance(writer.current, ThreadConnection)
+        assert sum((await queue.stats()).by_state.values()) == made
+    assert tries == 1
+    warned = [r for r in caplog.records if "could not start the SQLite writer process" in r.message]
+    assert len(warned) == 1 and "Cannot allocate memory" in warned[0].message

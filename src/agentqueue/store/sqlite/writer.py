@@ -245,6 +245,9 @@ class ProcessWriter:
 
 # --- a process while busy, a thread while quiet -----------------------------------------------
 
+RETRY_START_SECS = 30.0
+"""After the writer process could not be started, how long the thread writes before a try."""
+
 
 class AutoWriter:
     """The writer in a process while writes keep it busy, on a thread once they are few
@@ -323,7 +326,8 @@ class AutoWriter:
         return busy / max(now - since, 1e-9)
 
     async def _watching(self) -> None:
-        await self.move_to_process()
+        # After a start that failed, the next try waits a while (one warning, not two a second).
+        retry_at = 0.0 if await self.move_to_process() else time.monotonic() + RETRY_START_SECS
         quiet = 0
         since = time.monotonic()
         while True:
@@ -332,8 +336,9 @@ class AutoWriter:
             share = self._busy_share(since, now)
             since = now
             if self.current is self.thread:
-                if share >= self.busy_share:
-                    await self.move_to_process()
+                if share >= self.busy_share and now >= retry_at:
+                    if not await self.move_to_process():
+                        retry_at = time.monotonic() + RETRY_START_SECS
                     since = time.monotonic()
                     self._busy_share(since, since)
             elif share < self.quiet_share:
@@ -344,20 +349,21 @@ class AutoWriter:
             else:
                 quiet = 0
 
-    async def move_to_process(self) -> None:
+    async def move_to_process(self) -> bool:
         """Start the process (this process goes on writing on the thread meanwhile), then
-        send the writes there."""
+        send the writes there; false if it could not be started (the thread goes on)."""
         async with self._moving:
             if self.current is self.process:
-                return
+                return True
             try:
                 await self.process.ready()
             except Exception as exc:  # it stays on the thread, which works
                 log.warning("could not start the SQLite writer process (%s); on a thread", exc)
-                return
+                return False
             async with self._lock:
                 self.current = self.process
                 self.moves += 1
+            return True
 
     async def move_to_thread(self) -> None:
         """Send the writes to the thread, then close the process once it has answered."""
