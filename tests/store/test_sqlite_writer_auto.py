@@ -7,6 +7,7 @@ connections and never loses a write handed over."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -141,36 +142,57 @@ async def test_moves_never_split_a_transaction_nor_lose_a_write(
     async with AsyncQueue(f"sqlite:///{path}", sqlite_writer="auto") as queue:
         store, writer = queue.store, _writer(queue)
         d = store._d  # type: ignore[attr-defined]
-        # A short busy timeout, so a split transaction fails in seconds rather than 30.
-        for conn in (writer.thread, writer.process):
-            conn._args = (conn._args[0], 2_000, conn._args[2])
+        await store.count_by_state()  # opened
+        # Only the moves below: the watch that moves by load is stopped, and whatever it did
+        # is undone (on the thread, the process closed).
+        assert writer._watch is not None
+        writer._watch.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await writer._watch
+        await writer.move_to_thread()
         await writer.process.close()
+        # A short busy timeout, so a split transaction fails in seconds rather than 30.
+        writer.process._args = (writer.process._args[0], 2_000, writer.process._args[2])
+        await writer.thread.run(lambda c: c.execute("PRAGMA busy_timeout = 2000"))
         now = datetime.now(UTC)
-        stop = asyncio.Event()
+        written: list[str] = []
+        moves = 0
+        deadline = time.monotonic() + WITHIN_SECS
 
-        async def move() -> int:
-            moves = 0
-            while not stop.is_set():
-                await writer.move_to_thread()
-                await asyncio.sleep(0.01)
+        def more(i: int) -> bool:
+            """A fixed number of writes each, and on until the moves have gone both ways
+            twice."""
+            assert time.monotonic() < deadline, f"{moves} moves within {WITHIN_SECS:g} s"
+            return i < 15 or moves < 4
+
+        async def move() -> None:
+            nonlocal moves
+            while True:
                 await writer.move_to_process()
+                await asyncio.sleep(0.01)
+                await writer.move_to_thread()
                 moves += 2
-            return moves
 
         async def transactions(k: int) -> None:
-            for i in range(15):
+            i = 0
+            while more(i):
                 async with d.transaction() as s:
                     for part in ("a", "b"):
-                        name = f"tx{k}-{i:02}-{part}"
+                        name = f"tx{k}-{i:03}-{part}"
                         await s.execute(
                             "record_worker", d.codec.params(name=name, slots=1, busy=0, now=now)
                         )
                         await asyncio.sleep(0.005)
+                written.extend([f"tx{k}-{i:03}-a", f"tx{k}-{i:03}-b"])
+                i += 1
 
         async def singles(k: int) -> None:
-            for i in range(40):
-                await store.record_worker(f"one{k}-{i:02}", 1, 0, now)
+            i = 0
+            while more(i):
+                await store.record_worker(f"one{k}-{i:03}", 1, 0, now)
+                written.append(f"one{k}-{i:03}")
                 await asyncio.sleep(0.002)
+                i += 1
 
         mover = asyncio.create_task(move())
         try:
@@ -178,14 +200,11 @@ async def test_moves_never_split_a_transaction_nor_lose_a_write(
                 *(transactions(k) for k in range(3)), *(singles(k) for k in range(3))
             )
         finally:
-            stop.set()
-            moves = await mover
+            mover.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await mover
         assert moves >= 4
-    expected = sorted(
-        [f"tx{k}-{i:02}-{p}" for k in range(3) for i in range(15) for p in "ab"]
-        + [f"one{k}-{i:02}" for k in range(3) for i in range(40)]
-    )
-    assert worker_names(path) == expected
+    assert worker_names(path) == sorted(written)
 
 
 async def test_a_process_that_cannot_start_leaves_the_writes_on_the_thread(
