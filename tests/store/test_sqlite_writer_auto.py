@@ -129,13 +129,14 @@ async def test_many_writes_move_it_back_to_a_process(queue: AsyncQueue) -> None:
     assert (await queue.verify()).ok
 
 
-async def test_moves_never_split_a_transaction_nor_lose_a_write(
+async def test_moves_never_split_a_transaction_nor_write_on_both_nor_lose_a_write(
     quick: None, tmp_path: Path
 ) -> None:
     """Moves back and forth, made as fast as they can be, while transactions of two statements
     (with a pause between) and single writes go on: each transaction's statements go to one
     connection (a statement sent to the other would wait for the file's write lock, which the
-    transaction holds, and fail after the busy timeout), and every write lands once."""
+    transaction holds, and fail after the busy timeout), the two connections never have writes
+    under way at once, and every write lands once."""
     path = tmp_path / "q.db"
     async with AsyncQueue(f"sqlite:///{path}?writer=thread") as setup:
         await setup.stats()  # migrated
@@ -154,6 +155,24 @@ async def test_moves_never_split_a_transaction_nor_lose_a_write(
         # A short busy timeout, so a split transaction fails in seconds rather than 30.
         writer.process._args = (writer.process._args[0], 2_000, writer.process._args[2])
         await writer.thread.run(lambda c: c.execute("PRAGMA busy_timeout = 2000"))
+        # Each connection's operations under way; whether both ever had some at once.
+        under_way: dict[str, set[asyncio.Future[Any]]] = {"thread": set(), "process": set()}
+        both: list[str] = []
+        for name, conn in (("thread", writer.thread), ("process", writer.process)):
+
+            def counted(op: str, args: tuple[Any, ...], name: str = name, real: Any = conn.submit):
+                future = real(op, args)
+                mine, other = (
+                    under_way[name],
+                    under_way["process" if name == "thread" else "thread"],
+                )
+                mine.add(future)
+                future.add_done_callback(mine.discard)
+                if other:
+                    both.append(f"{op} on the {name} while {len(other)} under way on the other")
+                return future
+
+            conn.submit = counted  # type: ignore[method-assign]
         now = datetime.now(UTC)
         written: list[str] = []
         moves = 0
@@ -204,6 +223,7 @@ async def test_moves_never_split_a_transaction_nor_lose_a_write(
             with contextlib.suppress(asyncio.CancelledError):
                 await mover
         assert moves >= 4
+    assert both == []
     assert worker_names(path) == sorted(written)
 
 

@@ -264,9 +264,10 @@ class AutoWriter:
     handed over and not yet answered.
 
     A move happens under the dialect's write lock, which every transaction holds from BEGIN to
-    its end, so a transaction's statements all go to one connection; single writes already
-    handed over finish where they were handed. Two connections may then write for a moment
-    side by side, each write whole: SQLite's file lock orders them, as it does two processes'.
+    its end and every single write waits for, once what was handed over has been answered: so
+    a transaction's statements all go to one connection, and the two never write side by side
+    (a write left waiting for the file's lock on one while the other took it, transaction after
+    transaction, could wait past the busy timeout).
     """
 
     window_secs = 0.5
@@ -284,6 +285,9 @@ class AutoWriter:
         self._moving = asyncio.Lock()
         """One move at a time, each seen through (a process is closed only once unused)."""
         self._handed = 0
+        self._answered_all = asyncio.Event()
+        """Set while nothing handed over waits for its answer."""
+        self._answered_all.set()
         self._busy_since = 0.0
         self._busy_secs = 0.0
         self._watch: asyncio.Task[None] | None = None
@@ -301,6 +305,7 @@ class AutoWriter:
         future = self.current.submit(op, args)
         if self._handed == 0:
             self._busy_since = time.monotonic()
+            self._answered_all.clear()
         self._handed += 1
         future.add_done_callback(self._answered)
         return future
@@ -309,6 +314,7 @@ class AutoWriter:
         self._handed -= 1
         if self._handed == 0:
             self._busy_secs += time.monotonic() - self._busy_since
+            self._answered_all.set()
 
     async def op(self, op: str, *args: Any) -> Any:
         """:func:`perform` on the current connection."""
@@ -360,9 +366,7 @@ class AutoWriter:
             except Exception as exc:  # it stays on the thread, which works
                 log.warning("could not start the SQLite writer process (%s); on a thread", exc)
                 return False
-            async with self._lock:
-                self.current = self.process
-                self.moves += 1
+            await self._switch(self.process)
             return True
 
     async def move_to_thread(self) -> None:
@@ -370,10 +374,16 @@ class AutoWriter:
         async with self._moving:
             if self.current is self.thread:
                 return
-            async with self._lock:
-                self.current = self.thread
-                self.moves += 1
+            await self._switch(self.thread)
             await self.process.retire()
+
+    async def _switch(self, to: ThreadConnection | ProcessWriter) -> None:
+        """Send the writes to ``to`` from now on: under the write lock (no transaction open, no
+        write handed over meanwhile), once everything handed over has been answered."""
+        async with self._lock:
+            await self._answered_all.wait()
+            self.current = to
+            self.moves += 1
 
     async def close(self) -> None:
         if self._watch is not None:
