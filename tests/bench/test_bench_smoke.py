@@ -219,3 +219,21 @@ def test_the_capped_passes_cap_is_out_of_one_workers_reach() -> None:
 
     assert Sizes().drain_concurrency == ASYNC_CONCURRENCY  # the benchmarks run the default
     assert 2 * Sizes().drain_concurrency <= MAX_ACTIVE
+
+
+def test_the_children_start_from_cached_bytecode(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bench's children run agentqueue as installed software runs, from cached bytecode
+    (the peers' packages are compiled by pip): PYTHONDONTWRITEBYTECODE is dropped for them and
+    agentqueue's modules are compiled first, so no start of agentqueue compiles its sources."""
+    import importlib.util
+    import os
+
+    from agentqueue.bench import procs
+
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    source = Path(procs.__file__).resolve().parent.parent / "domain" / "waiting.py"
+    cached = Path(importlib.util.cache_from_source(str(source)))
+    cached.unlink(missing_ok=True)
+    procs.cache_bytecode()
+    assert "PYTHONDONTWRITEBYTECODE" not in os.environ
+    assert cached.exists() and cached.stat().st_mtime >= source.stat().st_mtime

@@ -8,6 +8,7 @@ whose tail is shown when the child fails.
 from __future__ import annotations
 
 import asyncio
+import compileall
 import contextlib
 import itertools
 import json
@@ -30,6 +31,16 @@ def shutdown_kicks() -> list[str]:
 
 class ChildError(RuntimeError):
     """A child process failed or did not answer in time."""
+
+
+def cache_bytecode() -> None:
+    """Let the benchmark's children start as installed software does, from cached bytecode: pip
+    compiles what it installs (the peers' packages), while the modules of an editable install
+    (agentqueue's own here) are compiled on first import and cached, unless
+    PYTHONDONTWRITEBYTECODE is set, when every process compiles them again at its start. That
+    variable is dropped for the children, and agentqueue's modules are compiled now."""
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    compileall.compile_dir(str(Path(__file__).resolve().parents[1]), quiet=2)
 
 
 class Child:

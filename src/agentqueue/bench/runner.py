@@ -37,7 +37,7 @@ from . import (
 from .common import BenchContext, Progress, Row, Sizes
 from .facts import machine
 from .peers import check_peers, find_root, peer_versions
-from .procs import shutdown_kicks
+from .procs import cache_bytecode, shutdown_kicks
 from .report import drain_chart, markdown, write_json
 
 MODULES: dict[str, ModuleType] = {
@@ -112,6 +112,7 @@ async def run(options: Options) -> RunReport:
     """Run the benchmarks and write results.json (and a timestamped copy), results.md and
     drain.png."""
     started, t0 = datetime.now(UTC), time.perf_counter()
+    cache_bytecode()
     sizes = Sizes.for_run(options.n, options.smoke, options.rounds)
     out_dir = options.out_dir or default_out_dir()
     out_dir.mkdir(parents=True, exist_ok=True)
