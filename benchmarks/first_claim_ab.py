@@ -35,6 +35,8 @@ def main() -> None:
     parser.add_argument("--pg", default="postgresql://postgres@127.0.0.1:5432/aq_first_claim")
     parser.add_argument("--sqlite", metavar="FILE", help="the worker on a SQLite file instead")
     args = parser.parse_args()
+    if args.runs < 2:
+        parser.error("--runs must be at least 2 (quartiles are reported)")
     variants = dict(v.split("=", 1) for v in args.variant)
     url = f"sqlite:///{Path(args.sqlite).resolve()}" if args.sqlite else args.pg
     os.chdir(HERE.parent)

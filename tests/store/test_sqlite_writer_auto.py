@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import UTC, datetime
@@ -19,6 +20,7 @@ import pytest
 from sqlite_writer_helpers import alive, worker_names
 
 from agentqueue import AsyncQueue
+from agentqueue.domain.errors import StoreUnavailable
 from agentqueue.store.sqlite.writer import AutoWriter, ProcessWriter, ThreadConnection
 
 WITHIN_SECS = 30.0
@@ -98,6 +100,35 @@ async def test_a_process_starts_with_it_and_is_given_back_when_quiet(queue: Asyn
     made = await queue.submit(title="second", task_type="docs")
     assert writer.process._process is None  # written on the thread, no process started
     assert (await queue.get(made.task.id)).title == "second"
+    assert (await queue.verify()).ok
+
+
+async def test_a_writer_process_killed_mid_transaction_is_started_again(tmp_path: Path) -> None:
+    """Killed while it holds a transaction: that transaction fails as when a database server
+    goes away, what it wrote is rolled back, and the next write starts another process. (The
+    default windows: no move back to the thread within the test.)"""
+    async with AsyncQueue(f"sqlite:///{tmp_path / 'q.db'}", sqlite_writer="auto") as queue:
+        await _killed_mid_transaction(queue, tmp_path / "q.db")
+
+
+async def _killed_mid_transaction(queue: AsyncQueue, path: Path) -> None:
+    store, writer = queue.store, _writer(queue)
+    d = store._d  # type: ignore[attr-defined]
+    now = datetime.now(UTC)
+    await store.record_worker("before", 1, 0, now)
+    await _until(lambda: isinstance(writer.current, ProcessWriter), "moved to the process")
+    assert writer.process._process is not None
+    first = writer.process._process.pid
+    with pytest.raises(StoreUnavailable, match="writer process ended"):
+        async with d.transaction() as s:
+            await s.execute("record_worker", d.codec.params(name="in-tx", slots=1, busy=0, now=now))
+            os.kill(first, signal.SIGKILL)
+            await s.execute("record_worker", d.codec.params(name="after", slots=1, busy=0, now=now))
+    await store.record_worker("later", 1, 0, now)
+    assert writer.process._process is not None
+    second = writer.process._process.pid
+    assert second != first and alive(second) and not alive(first)
+    assert worker_names(path) == ["before", "later"]
     assert (await queue.verify()).ok
 
 

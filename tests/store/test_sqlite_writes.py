@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,6 +26,15 @@ from agentqueue.store.errors import StoreError
 async def queue(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[AsyncQueue]:
     async with AsyncQueue(f"sqlite:///{tmp_path / 'q.db'}?writer={request.param}") as q:
         assert q.store._d.writer_mode == request.param  # type: ignore[attr-defined]
+        if request.param == "auto":
+            # Where a busy worker's writes go: its process, once started (the thread writes
+            # meanwhile, and a move in the middle of a test would hold its writes back).
+            await q.stats()
+            writer = q.store._d._writer  # type: ignore[attr-defined]
+            deadline = time.monotonic() + 30
+            while writer.current is not writer.process:
+                assert time.monotonic() < deadline, "the writer did not move to its process"
+                await asyncio.sleep(0.02)
         yield q
 
 

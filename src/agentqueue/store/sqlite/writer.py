@@ -104,9 +104,6 @@ class _Replies(asyncio.Protocol):
         self.buffer = bytearray()
         self.transport: asyncio.Transport | None = None
         self.lost = False
-        self.answered = asyncio.Event()
-        """Set while nothing handed over waits for its answer."""
-        self.answered.set()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -130,8 +127,6 @@ class _Replies(asyncio.Protocol):
                 future.set_exception(value)
         if start:
             del buffer[:start]
-        if not self.waiting:
-            self.answered.set()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
@@ -139,7 +134,6 @@ class _Replies(asyncio.Protocol):
             future = self.waiting.popleft()
             if not future.done():
                 future.set_exception(StoreUnavailable("SQLite: the writer process ended"))
-        self.answered.set()
 
 
 class ProcessWriter:
@@ -214,7 +208,6 @@ class ProcessWriter:
             message = (op, args, self._args, keys)
             self._keys = keys
         replies.waiting.append(future)
-        replies.answered.clear()
         replies.transport.write(frame(message))
         return future
 
@@ -236,14 +229,16 @@ class ProcessWriter:
             loop = asyncio.get_running_loop()
             await loop.run_in_executor(None, process.wait)
 
-    async def retire(self) -> None:
-        """Close once the operations handed over have been answered (nothing is cut off)."""
-        if self._replies is not None:
-            await self._replies.answered.wait()
-        await self.close()
-
 
 # --- a process while busy, a thread while quiet -----------------------------------------------
+
+
+def _watch_ended(watch: asyncio.Task[None]) -> None:
+    """Say why the watch that moves the writer stopped, unless it was stopped: the writes go on
+    where they are, but no longer move."""
+    if not watch.cancelled() and watch.exception() is not None:
+        log.error("the SQLite writer's placement stopped: %r", watch.exception())
+
 
 RETRY_START_SECS = 30.0
 """After the writer process could not be started, how long the thread writes before a try."""
@@ -259,7 +254,7 @@ class AutoWriter:
     started with the writer, and the thread writes until it is ready (so its start is no part of
     the opener's); the writes move back to the thread when the writer has been busy less than
     ``quiet_share`` of the time for ``quiet_windows`` windows of ``window_secs`` in a row (the
-    process is closed once it has answered what it was handed), and to a process again when a
+    process is then closed), and to a process again when a
     window finds it busy ``busy_share`` of the time or more. Busy means at least one operation
     handed over and not yet answered.
 
@@ -298,6 +293,7 @@ class AutoWriter:
         """The current connection ready; the watch that moves it started (with the first)."""
         if self._watch is None:
             self._watch = asyncio.ensure_future(self._watching())
+            self._watch.add_done_callback(_watch_ended)
         await self.current.ready()
 
     def submit(self, op: str, args: tuple[Any, ...]) -> asyncio.Future[Any]:
@@ -374,8 +370,8 @@ class AutoWriter:
         async with self._moving:
             if self.current is self.thread:
                 return
-            await self._switch(self.thread)
-            await self.process.retire()
+            await self._switch(self.thread)  # the process has answered all it was handed
+            await self.process.close()
 
     async def _switch(self, to: ThreadConnection | ProcessWriter) -> None:
         """Send the writes to ``to`` from now on: under the write lock (no transaction open, no
