@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import signal
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import UTC, datetime
@@ -17,10 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlite_writer_helpers import alive, worker_names
+from sqlite_writer_helpers import alive, killed_mid_transaction, worker_names
 
 from agentqueue import AsyncQueue
-from agentqueue.domain.errors import StoreUnavailable
 from agentqueue.store.sqlite.writer import AutoWriter, ProcessWriter, ThreadConnection
 
 WITHIN_SECS = 30.0
@@ -108,28 +106,15 @@ async def test_a_writer_process_killed_mid_transaction_is_started_again(tmp_path
     goes away, what it wrote is rolled back, and the next write starts another process. (The
     default windows: no move back to the thread within the test.)"""
     async with AsyncQueue(f"sqlite:///{tmp_path / 'q.db'}", sqlite_writer="auto") as queue:
-        await _killed_mid_transaction(queue, tmp_path / "q.db")
+        writer = _writer(queue)
+        await queue.stats()
+        await _until(lambda: isinstance(writer.current, ProcessWriter), "moved to the process")
 
+        def pid() -> int:
+            assert writer.process._process is not None
+            return int(writer.process._process.pid)
 
-async def _killed_mid_transaction(queue: AsyncQueue, path: Path) -> None:
-    store, writer = queue.store, _writer(queue)
-    d = store._d  # type: ignore[attr-defined]
-    now = datetime.now(UTC)
-    await store.record_worker("before", 1, 0, now)
-    await _until(lambda: isinstance(writer.current, ProcessWriter), "moved to the process")
-    assert writer.process._process is not None
-    first = writer.process._process.pid
-    with pytest.raises(StoreUnavailable, match="writer process ended"):
-        async with d.transaction() as s:
-            await s.execute("record_worker", d.codec.params(name="in-tx", slots=1, busy=0, now=now))
-            os.kill(first, signal.SIGKILL)
-            await s.execute("record_worker", d.codec.params(name="after", slots=1, busy=0, now=now))
-    await store.record_worker("later", 1, 0, now)
-    assert writer.process._process is not None
-    second = writer.process._process.pid
-    assert second != first and alive(second) and not alive(first)
-    assert worker_names(path) == ["before", "later"]
-    assert (await queue.verify()).ok
+        await killed_mid_transaction(queue, pid, tmp_path / "q.db")
 
 
 async def test_many_writes_move_it_back_to_a_process(queue: AsyncQueue) -> None:

@@ -18,10 +18,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from sqlite_writer_helpers import alive, stat, worker_names
+from sqlite_writer_helpers import alive, killed_mid_transaction, stat, worker_names
 
 from agentqueue import AsyncQueue
-from agentqueue.domain.errors import InvalidInput, StoreLocked, StoreUnavailable
+from agentqueue.domain.errors import InvalidInput, StoreLocked
 from agentqueue.store.sqlite.dialect import sqlite_store
 
 WITHIN_SECS = 20.0
@@ -89,22 +89,7 @@ async def test_the_writer_ignores_sigint_and_sigterm(queue: AsyncQueue) -> None:
 async def test_a_writer_that_died_is_started_again_and_its_open_transaction_is_gone(
     queue: AsyncQueue, tmp_path: Path
 ) -> None:
-    store = queue.store
-    d = store._d  # type: ignore[attr-defined]
-    now = datetime.now(UTC)
-    await store.record_worker("before", 1, 0, now)
-    first = _writer_pid(queue)
-    with pytest.raises(StoreUnavailable, match="writer process ended"):
-        async with d.transaction() as s:
-            await s.execute("record_worker", d.codec.params(name="in-tx", slots=1, busy=0, now=now))
-            os.kill(first, signal.SIGKILL)
-            await s.execute("record_worker", d.codec.params(name="after", slots=1, busy=0, now=now))
-    # The next write starts another process; what the dead one's transaction wrote is gone.
-    await store.record_worker("later", 1, 0, now)
-    second = _writer_pid(queue)
-    assert second != first and alive(second) and not alive(first)
-    assert worker_names(tmp_path / "q.db") == ["before", "later"]
-    assert (await queue.verify()).ok
+    await killed_mid_transaction(queue, lambda: _writer_pid(queue), tmp_path / "q.db")
 
 
 async def test_a_cancelled_write_does_not_start_a_second_process(queue: AsyncQueue) -> None:
