@@ -4,7 +4,7 @@ A command imports a few hundred modules as it starts (the worker about five hund
 pydantic, psycopg, its own), and everything they build lives as long as the process. Python's
 collector ran some dozens of times over that growing heap meanwhile and freed nothing of it:
 about a tenth of a worker's time from its process start to its first claim
-(``benchmarks/startup_gc.py``, README, Performance). So the command starts with the collector
+(``benchmarks/startup_gc.py``, benchmarks/HISTORY.md). So the command starts with the collector
 off, and it is on again when the process has started: a serving process (worker, serve, api)
 turns it on as it freezes its startup heap (``heap.freeze_startup_heap``), and
 :data:`STARTUP_SECS` after the start it is turned on whatever the command, so that no process

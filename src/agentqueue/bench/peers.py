@@ -44,7 +44,7 @@ class Setting:
 class Peer:
     """A peer queue, how its driver is run, and the settings its sweep tries (its own
     documented knobs). ``quick`` is the one setting run without a sweep: the best of a
-    swept run on a 2-core machine (README, Performance)."""
+    swept run on a 2-core machine (README, Performance; benchmarks/HISTORY.md)."""
 
     name: str
     label: str

@@ -224,7 +224,7 @@ class Deadlines:
     (``asyncio.timeout``) costs a push onto the loop's heap of timers and, as the attempt
     ends, a cancelled entry there: with a thousand attempts under way, a tenth of the drain
     worker's CPU per task (0.89x and 0.91x of it with no deadline at all; 0.94x with these,
-    ``benchmarks/drain_ab.py``, README, Performance). Here an attempt joins the set of its
+    ``benchmarks/drain_ab.py``, benchmarks/HISTORY.md). Here an attempt joins the set of its
     tick, and a tick's timer cancels the attempts still in it."""
 
     def __init__(self) -> None:

@@ -101,8 +101,8 @@ BINARY = True
 """Answers come in PostgreSQL's binary format: the server formats no time, number or id as text
 (a task row has ten times, each a number in binary and a formatted date in text) and psycopg
 parses none back. A drain, `benchmarks/drain_ab.py` against text, three sittings of 3 rounds:
-the server's CPU per task 0.97x, 0.98x and 0.98x, the rate 1.03x, 1.03x and 0.99x (README,
-Performance, the fifteenth cut). The values are the same in either format (the store's tests
+the server's CPU per task 0.97x, 0.98x and 0.98x, the rate 1.03x, 1.03x and 0.99x (benchmarks/
+HISTORY.md, the fifteenth cut). The values are the same in either format (the store's tests
 run in this one)."""
 
 
