@@ -146,7 +146,7 @@ async def tick(
         woken()
     if len(admitted) == ADMIT_BATCH:
         return TickReport(0, 0, len(admitted), True)
-    hints = await rt.store.work_hints(rt.clock.now())
+    hints = await rt.work_hints()
     reclaimed = await reclaim_lapsed(rt) if hints.lapsed else []
     if hints.tool_timeouts:
         reclaimed += await time_out_tool_calls(rt)
@@ -168,8 +168,20 @@ async def tick(
     )
 
 
+async def fire_due_slots(rt: Runtime) -> int:
+    """The cron step: :func:`fire_due_schedules` once the earliest slot of any schedule has come,
+    by the work hints of the last tick (read by the pass beside this step, or here if none was
+    read that recently); the tasks it submitted. An idle scheduler with no slot due sends no read
+    of its own; a slot fires within two ticks of its time (a schedule added since the hints were
+    read is in the next tick's)."""
+    hints = await rt.work_hints(rt.settings.scheduler.tick_secs)
+    if hints.next_schedule_at is None or hints.next_schedule_at > rt.clock.now():
+        return 0
+    return await fire_due_schedules(rt)
+
+
 PERIODIC_STEPS: list[tuple[Callable[[Runtime], Awaitable[object]], float | None]] = [
-    (fire_due_schedules, None),
+    (fire_due_slots, None),
     (purge_expired_dead_letters, 60.0),
     (anchor_audit, 60.0),
     (compact_metrics, 600.0),

@@ -11,7 +11,7 @@ from ..clock import Clock, SystemClock
 from ..config import Settings
 from ..pipelines import Pipelines
 from ..store import Store
-from ..store.base import CandidateQuery
+from ..store.base import CandidateQuery, WorkHints
 
 
 @dataclass
@@ -27,6 +27,9 @@ class Runtime:
     paused type pending; claims filter paused types in the database, so a short-lived copy
     never lets a paused task run."""
 
+    hints_read: tuple[float, WorkHints] | None = None
+    """The work hints as last read (monotonic time of the read, hints), see work_hints."""
+
     built_pipelines: Pipelines | None = None
     candidates_read: CandidateQuery | None = None
     """The candidates the last routed admission pass read: the next one reads the same ahead,
@@ -38,6 +41,19 @@ class Runtime:
         if self.built_pipelines is None:
             self.built_pipelines = Pipelines(self.settings)
         return self.built_pipelines
+
+    async def work_hints(self, max_age_secs: float = 0.0) -> WorkHints:
+        """What work exists (Store.work_hints): read now, or the hints a read at most
+        ``max_age_secs`` ago found. The scheduler's pass reads them afresh every tick; an idle
+        worker's poll, a safety net behind the notices, takes those (one read a second where
+        there were two), and the cron step looks in them for the next slot."""
+        read = self.hints_read
+        if read is not None and time.monotonic() - read[0] < max_age_secs:
+            return read[1]
+        started = time.monotonic()
+        hints = await self.store.work_hints(self.clock.now())
+        self.hints_read = (started, hints)
+        return hints
 
     async def paused_types(self, max_age_secs: float = 1.0) -> frozenset[str]:
         """The paused task types, read at most once every ``max_age_secs``."""

@@ -172,6 +172,9 @@ class WorkHints:
     """A waiting_tool task's tool call has timed out."""
     p0_queued: bool = False
     """A P0 task is queued (a busy worker may preempt for it)."""
+    next_schedule_at: datetime | None = None
+    """The earliest slot any cron schedule waits for (None: no schedule): the scheduler's cron
+    step reads the due schedules only once this has come (see scheduler.steps)."""
 
 
 @dataclass(frozen=True)

@@ -277,7 +277,8 @@ class SQLStore(QueryOps):
     async def work_hints(self, now: datetime) -> WorkHints:
         """One read over the partial indexes: no write lock."""
         [row] = await self._read("work_hints", now=now)
-        return WorkHints(*(bool(row[k]) for k in WORK_HINTS))
+        flags = {k: bool(row[k]) for k in WORK_HINTS}
+        return WorkHints(**flags, next_schedule_at=self.codec.time_in(row["next_schedule_at"]))
 
     async def ended_counts(
         self, since: datetime, bucket_secs: int, tenant: str | None = None

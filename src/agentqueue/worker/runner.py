@@ -156,7 +156,7 @@ class Worker:
         """Every background job of this worker (its parts, claims, attempts, tool calls)."""
         self.claimer = Claimer(
             self._claim,
-            self._work_hints,
+            self._polled_hints,
             self.executors,
             self._running,
             self._start,
@@ -288,7 +288,13 @@ class Worker:
         return await self.claimer.claim_within(claim_in, agents)
 
     async def _work_hints(self) -> Any:
-        return await self.queue.store.work_hints(self.queue.clock.now())
+        """What work exists now (a notice said something changed: read afresh)."""
+        return await (await self.queue.runtime()).work_hints()
+
+    async def _polled_hints(self) -> Any:
+        """What work exists, for the claimer's poll: the hints this process's scheduler read in
+        the last poll interval if it did (it reads them every tick while it leads), else a read."""
+        return await (await self.queue.runtime()).work_hints(self.options.poll_secs)
 
     async def _finish(self, outcomes: list[Outcome], logs: list[LogRecord]) -> Any:
         return await self.queue.finish(outcomes, actor=self.id, logs=logs)

@@ -102,3 +102,22 @@ async def test_advance_schedule_moves_on_only_from_the_slot_read(
     assert skipped.last_fired_at == now
     gone = schedule("gone", now)
     assert not await store.advance_schedule(gone, nxt, now, now)
+
+
+async def test_work_hints_name_the_earliest_slot_of_any_schedule(
+    store: Store, clock: ManualClock
+) -> None:
+    """work_hints carries the earliest next_at of every tenant's schedules (what the cron step
+    waits for before it reads the due ones), None with no schedule; it moves on with the
+    schedule."""
+    now = clock.now()
+    assert (await store.work_hints(now)).next_schedule_at is None
+    later = schedule("later", now + timedelta(minutes=10))
+    soon = schedule("soon", now + timedelta(minutes=5), tenant="b")
+    for s in (later, soon):
+        await store.insert_schedule(s)
+    assert (await store.work_hints(now)).next_schedule_at == soon.next_at
+    assert await store.advance_schedule(soon, now + timedelta(minutes=20), now, now)
+    assert (await store.work_hints(now)).next_schedule_at == later.next_at
+    await store.delete_schedule("default", "later")
+    assert (await store.work_hints(now)).next_schedule_at == now + timedelta(minutes=20)

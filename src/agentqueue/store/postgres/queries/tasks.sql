@@ -230,7 +230,10 @@ SELECT
     EXISTS (SELECT 1 FROM aq_tasks
             WHERE state = 'waiting_tool' AND tool_deadline_at <= %(now)s) AS tool_timeouts,
     (SELECT true FROM aq_tasks WHERE state = 'queued' AND priority = 0
-     ORDER BY priority, eligible_at, seq LIMIT 1) IS NOT NULL AS p0_queued
+     ORDER BY priority, eligible_at, seq LIMIT 1) IS NOT NULL AS p0_queued,
+    -- The earliest slot of any cron schedule, from its index: the cron step reads the due
+    -- schedules only once it has come.
+    (SELECT next_at FROM aq_schedules ORDER BY next_at LIMIT 1) AS next_schedule_at
 
 -- name: lock_dependents_ready
 -- Tasks held for dependencies that can move now, locked.
