@@ -30,6 +30,18 @@ def spawn(args: list[str], log: Path) -> subprocess.Popen[bytes]:
         )
 
 
+def quick_config(tmp_path: Path, sections: str = "") -> Path:
+    """A configuration file with quick scheduler passes and worker polls (0.2 s), the agents'
+    working directories under ``tmp_path``, and ``sections`` (TOML) after them."""
+    config = tmp_path / "agentqueue.toml"
+    config.write_text(
+        "[scheduler]\ntick_secs = 0.2\n\n[worker]\npoll_secs = 0.2\n"
+        f"workdir = {json.dumps(str(tmp_path / 'runs'))}\n\n{sections}",
+        encoding="utf-8",
+    )
+    return config
+
+
 class Hook:
     """A local HTTP server that records every POST and answers with the next queued status
     (200 once the queue is empty)."""

@@ -5,13 +5,14 @@ schedules only once the hints say a slot has come."""
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import sys
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
-from scheduler_helpers import spawn
+from scheduler_helpers import quick_config, spawn
 
 from agentqueue import AsyncQueue, ManualClock
 from agentqueue.config import Settings
@@ -99,21 +100,8 @@ async def test_a_worker_process_fires_a_due_slot_from_its_hints(
 ) -> None:
     """A real worker (its scheduler leading, no task to run) fires a slot that is due: the cron
     step of its periodic loop sees it in the hints its passes read."""
-    config = tmp_path / "agentqueue.toml"
-    config.write_text(
-        f"""
-[scheduler]
-tick_secs = 0.2
-
-[worker]
-poll_secs = 0.2
-workdir = "{tmp_path / "runs"}"
-
-[agents.payer]
-command = ["{sys.executable}", "-c", "pass"]
-task_types = ["payment"]
-"""
-    )
+    agent = f'[agents.payer]\ncommand = [{json.dumps(sys.executable)}, "-c", "pass"]\n'
+    config = quick_config(tmp_path, agent + 'task_types = ["payment"]\n')
     worker = spawn(["--db", db_url, "--config", str(config), "worker"], tmp_path / "worker.log")
     try:
         async with AsyncQueue(db_url, config=config) as queue:
