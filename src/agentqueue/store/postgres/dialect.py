@@ -156,6 +156,21 @@ Held = tuple[str, Mapping[str, Any] | None, _Answer | None]
 reads it)."""
 
 
+async def _readable(loop: asyncio.AbstractEventLoop, fd: int) -> None:
+    """Return once ``fd`` has something to read: one reader on the loop, no timer."""
+    ready = loop.create_future()
+
+    def readable() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    loop.add_reader(fd, readable)
+    try:
+        await ready
+    finally:
+        loop.remove_reader(fd)
+
+
 class PostgresSession:
     """Named queries on one connection; driver errors leave it classified.
 
@@ -470,9 +485,16 @@ class PostgresDialect:
                 await conn.execute(sql.SQL(Q["listen"]).format(channel=sql.Identifier(channel)))
 
             async def notices() -> AsyncIterator[Notice]:
+                loop = asyncio.get_running_loop()
                 try:
-                    async for note in conn.notifies():
-                        yield Notice(note.channel, note.payload)
+                    while True:
+                        # What has arrived (with what came during the LISTENs), without a wait:
+                        # psycopg's own wait wakes every 0.1 s to look for a Ctrl-C, ten times
+                        # a second for nothing in an asyncio task, which is cancelled without
+                        # it. Then wait for the socket alone (EOF too, when the server goes).
+                        async for note in conn.notifies(timeout=0):
+                            yield Notice(note.channel, note.payload)
+                        await _readable(loop, conn.fileno())
                 except psycopg.Error as exc:
                     raise from_postgres(exc) from exc
 
