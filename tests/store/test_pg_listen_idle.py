@@ -67,8 +67,10 @@ async def test_a_listener_whose_connection_the_server_ends_raises_store_unavaila
     async with AsyncQueue(pg_url) as queue, queue.store.listen([CHANNEL]) as notices:
         with psycopg.connect(pg_url, autocommit=True) as conn:
             conn.execute(
+                # This database's listener only: the server is shared by the suite's processes.
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE query LIKE %s AND pid <> pg_backend_pid()",
+                "WHERE datname = current_database() AND query LIKE %s "
+                "AND pid <> pg_backend_pid()",
                 [f"%LISTEN%{CHANNEL}%"],
             )
         with pytest.raises(StoreUnavailable):
