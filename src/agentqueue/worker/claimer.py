@@ -68,6 +68,9 @@ class Claimer:
     _dry_seen: dict[str, float] = field(default_factory=dict, init=False)
     """When each executor's last claim came back short (``time.monotonic()``)."""
     _flying: dict[str, int] = field(init=False)
+    _news: dict[str, int] = field(init=False)
+    """How many times news of work (a notice, the poll) reached each executor: a claim that
+    comes back short leaves its executor waiting for news only if none came meanwhile."""
     _claiming: set[asyncio.Task[None]] = field(default_factory=set, init=False)
     _outage: Outage = field(default_factory=lambda: Outage(log), init=False)
     _next_poll: float = field(default=0.0, init=False)
@@ -76,6 +79,7 @@ class Claimer:
         self.executors = list(self.executors)  # a list of its own, whatever it was given
         self._reserved = {e.name: 0 for e in self.executors}
         self._flying = {e.name: 0 for e in self.executors}
+        self._news = {e.name: 0 for e in self.executors}
         self._probing = {e.name for e in self.executors}  # nothing known of the queue yet
 
     @property
@@ -87,12 +91,10 @@ class Claimer:
         """News of queued work: every executor may claim again, or, when the news says the
         work was routed to ``agents`` (None among them: to no agent), the executors that can
         take it (an executor of other agents would claim nothing, after a walk over the queue)."""
-        if agents is None:
-            self._empty.clear()
-            return
         for executor in self.executors:
-            if serves(executor, agents):
+            if agents is None or serves(executor, agents):
                 self._empty.discard(executor.name)
+                self._news[executor.name] += 1
 
     def _free(self, executor: Executor) -> int:
         """Slots ``executor`` may claim for now: its own, within the worker's, up to a batch."""
@@ -122,6 +124,7 @@ class Claimer:
 
     async def _claim(self, executor: Executor, n: int) -> None:
         sent = time.monotonic()
+        news = self._news[executor.name]
         try:
             tasks = await self.claim(n, sorted(executor.task_types), sorted(executor.agents))
         except StoreUnavailable as exc:
@@ -139,15 +142,25 @@ class Claimer:
         self._outage.ok("claiming")
         self._begin(executor, tasks, sent)  # committed: the claim returned
         if len(tasks) < n:
-            self._empty.add(executor.name)
-            self._probing.add(executor.name)
-            self._dry_seen[executor.name] = time.monotonic()
+            self._ran_dry(executor, news)
             self.on_dry()  # the queue ran dry here: admit what is pending
         elif sent > self._dry_seen.get(executor.name, float("-inf")):
             # More may be waiting: claims in flight again. A full claim sent before a short
             # one came back says nothing newer than it: it does not end the probing.
             self._probing.discard(executor.name)
         self.on_claimed()
+
+    def _ran_dry(self, executor: Executor, news: int) -> None:
+        """A claim of ``executor`` came back short (``news``: its count of news when the claim
+        was sent): one claim at a time until one comes back full, and none until news comes,
+        unless news came while the claim was under way (work committed after the claim's
+        snapshot, announced before its answer came back: left waiting, it would wait for the
+        poll)."""
+        name = executor.name
+        self._probing.add(name)
+        self._dry_seen[name] = time.monotonic()
+        if self._news[name] == news:
+            self._empty.add(name)
 
     def _begin(self, executor: Executor, tasks: list[Task], sent: float) -> None:
         """Start the committed claims of ``executor`` (sent at ``sent``)."""
@@ -165,6 +178,7 @@ class Claimer:
         says how the transaction ended: committed, the tasks start; else they are dropped (the
         claims rolled back with it)."""
         sent = time.monotonic()
+        news = dict(self._news)
         held: list[tuple[Executor, int, Later[list[Task]] | None]] = []
         try:
             for executor in self.executors:
@@ -183,15 +197,25 @@ class Claimer:
             raise
 
         def end(committed: bool) -> None:
+            short = []
             for executor, n, claimed in held:
                 self._reserved[executor.name] -= n
                 if committed and claimed is not None:
                     # The claim went with the admission's COMMIT: its answer is here.
-                    self._begin(executor, claimed.result(), sent)
+                    tasks = claimed.result()
+                    self._begin(executor, tasks, sent)
+                    if len(tasks) < n:
+                        short.append(executor)
             if committed:
                 # What the claims left queued is for these executors alone (its notice says so
-                # to every worker): they claim again as their slots free up.
+                # to every worker): they claim again as their slots free up. An executor whose
+                # claim came back short took all it could see after the admission's writes: as
+                # after a short claim of its own, it waits for news (no claim that would find
+                # nothing, then wake the scheduler, which is the one admitting, for nothing).
                 self.work_arrived(agents)
+                for executor in short:
+                    # (work_arrived just counted this admission's own news)
+                    self._ran_dry(executor, news[executor.name] + 1)
             if committed and held:
                 self.on_claimed()
 
@@ -211,4 +235,4 @@ class Claimer:
             return
         self._outage.ok("claiming")
         if hints.queued or (self.claims_admit and hints.admissible):
-            self._empty.clear()
+            self.work_arrived()
