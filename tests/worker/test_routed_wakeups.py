@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import shutil
 from collections import Counter
 from typing import Any
 
@@ -20,7 +19,6 @@ from agentqueue import AsyncQueue, Task, TaskContext, TaskState
 from agentqueue.config import Settings
 from agentqueue.domain.states import Action
 from agentqueue.store.base import ClaimParams
-from agentqueue.store.tx import SQLTx
 
 pytestmark = pytest.mark.postgres
 
@@ -120,74 +118,3 @@ async def test_a_task_handed_over_in_its_admission_costs_the_claimer_no_claim(
         await queue.close()
     assert began == [f"t{i}" for i in range(6)]
     assert claims[("noop",)] == 0, claims
-
-
-async def test_a_completion_after_a_pass_that_left_nothing_waiting_runs_no_pass(
-    pg_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Each completion announces itself to the scheduler (room freed under the caps). After a
-    pass that admitted everything pending, it has nothing to let through: tasks coming one at
-    a time, each is admitted once (its own notice's pass), with no admission pass of nothing
-    after its completion."""
-    queue = AsyncQueue(pg_url, settings=ROUTED)
-
-    @queue.handler("noop")
-    async def noop(task: Task, ctx: TaskContext) -> None:
-        return None
-
-    admissions: list[str] = []
-    real = SQLTx.lock_admission
-
-    async def counted(self: SQLTx, relaxed: bool = True) -> None:
-        admissions.append("pass")
-        await real(self, relaxed)
-
-    monkeypatch.setattr(SQLTx, "lock_admission", counted)
-    await queue.open()
-    stop = asyncio.Event()
-    running = asyncio.create_task(queue.run_worker(stop=stop, worker_id="routed"))
-    try:
-        for i in range(6):
-            if i == 1:
-                admissions.clear()
-            await queue.submit(title=f"t{i}", task_type="noop")
-            await wait_for(queue, functools.partial(_completed, n=i + 1), 60, "completed")
-            await asyncio.sleep(0.2)  # its completion's notice has come
-    finally:
-        stop.set()
-        await asyncio.wait_for(running, 30)
-        await queue.close()
-    assert len(admissions) == 5, admissions
-
-
-async def test_tasks_waiting_behind_an_agents_cap_are_admitted_as_completions_free_room(
-    pg_url: str, tmp_path: Any
-) -> None:
-    """An agent that runs one task at a time, four tasks for it submitted together: each
-    completion lets the next one through at once. The scheduler's tick is 30 s here, so only
-    the completions' notices can: each pass leaves the rest waiting, and hears the next
-    completion."""
-    capped = Settings(
-        agents={
-            "one": {
-                "command": [shutil.which("true") or "/bin/true"],
-                "task_types": ["t_one"],
-                "isolation": "none",
-                "max_concurrent": 1,
-            }
-        },
-        scheduler={"tick_secs": 30},
-        worker={"concurrency": 10},
-    )
-    queue = AsyncQueue(pg_url, settings=capped)
-    await queue.open()
-    stop = asyncio.Event()
-    running = asyncio.create_task(queue.run_worker(stop=stop, worker_id="capped"))
-    try:
-        await asyncio.sleep(0.5)  # the worker leads and has looked once
-        await queue.submit_many([{"title": f"t{i}", "task_type": "t_one"} for i in range(4)])
-        await wait_for(queue, functools.partial(_completed, n=4), 20, "all four completed")
-    finally:
-        stop.set()
-        await asyncio.wait_for(running, 30)
-        await queue.close()

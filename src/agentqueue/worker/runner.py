@@ -214,7 +214,6 @@ class Worker:
                 p0=self.preemptor.p0_queued,
                 scheduler=self._scheduler_wake,
                 deliveries=self._deliveries_wake,
-                room=self._room_freed,
             ),
             self.jobs,
             pending_is_work=queue.settings.claims_admit,
@@ -552,10 +551,6 @@ class Worker:
     def _scheduler_wake(self) -> None:
         if self.scheduler is not None:
             self.scheduler.wake.set()
-
-    def _room_freed(self) -> None:
-        if self.scheduler is not None:
-            self.scheduler.room_freed()
 
     def _work_arrived(self) -> None:
         self.claimer.work_arrived()
