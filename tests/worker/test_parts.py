@@ -555,48 +555,6 @@ async def test_claims_within_an_admission_start_when_it_commits_and_hold_their_s
     assert counts == {TaskState.QUEUED: 1, TaskState.EXECUTING: 2}
 
 
-async def test_after_a_short_claim_within_an_admission_its_executor_waits_for_news(
-    queue: AsyncQueue,
-) -> None:
-    """A claim inside an admission that comes back short took everything queued for its
-    executor after the admission's writes: the executor sends no claim of its own afterwards
-    (one would find nothing, then wake the scheduler for nothing: a claim and an admission pass
-    more for every task handed over), until news of work comes. One that comes back full may
-    have left work queued: its executor claims again."""
-    await queue.submit_many([{"title": f"t{i}", "task_type": "bugfix"} for i in range(3)])
-    await queue.admit()
-    rt = await queue.runtime()
-    started: list[Task] = []
-    dry: list[str] = []
-    executor = Slots(max_concurrent=2)
-    claimer = claimer_on(
-        queue, executor, started, batch=10, in_flight=1, on_dry=lambda: dry.append("scheduler")
-    )
-
-    async def within() -> None:
-        async with queue.store.transaction() as tx:
-
-            async def claim_in(n: int, types: Any, of: Any) -> Later[list[Task]]:
-                return await claim_in_tx(tx, rt, n, "w1", types, of)
-
-            end = await claimer.claim_within(claim_in, frozenset({None}))
-        end(True)
-
-    await within()  # two slots, two of the three taken: full
-    assert len(started) == 2
-    claimer.running = {t.id: running(t, executor) for t in started[:1]}  # one slot free again
-    claimer.fill()
-    assert len(claimer.claiming) == 1  # the claim that came back full may have left some
-    await claimer.jobs.wait_all(claimer.claiming)
-    assert len(started) == 3 and dry == []
-    claimer.running = {}
-    await within()  # nothing left for two free slots: short
-    assert len(started) == 3
-    claimer.fill()
-    assert not claimer.claiming and dry == []  # waits for news; the scheduler is not woken
-    assert await claims_on_news(queue, claimer) == 1
-
-
 async def test_news_that_comes_while_a_claim_is_under_way_is_not_lost_when_it_comes_back_short(
     queue: AsyncQueue,
 ) -> None:

@@ -178,7 +178,6 @@ class Claimer:
         says how the transaction ended: committed, the tasks start; else they are dropped (the
         claims rolled back with it)."""
         sent = time.monotonic()
-        news = dict(self._news)
         held: list[tuple[Executor, int, Later[list[Task]] | None]] = []
         try:
             for executor in self.executors:
@@ -197,25 +196,17 @@ class Claimer:
             raise
 
         def end(committed: bool) -> None:
-            short = []
             for executor, n, claimed in held:
                 self._reserved[executor.name] -= n
                 if committed and claimed is not None:
                     # The claim went with the admission's COMMIT: its answer is here.
-                    tasks = claimed.result()
-                    self._begin(executor, tasks, sent)
-                    if len(tasks) < n:
-                        short.append(executor)
+                    self._begin(executor, claimed.result(), sent)
             if committed:
                 # What the claims left queued is for these executors alone (its notice says so
-                # to every worker): they claim again as their slots free up. An executor whose
-                # claim came back short took all it could see after the admission's writes: as
-                # after a short claim of its own, it waits for news (no claim that would find
-                # nothing, then wake the scheduler, which is the one admitting, for nothing).
+                # to every worker): they claim again as their slots free up. (Even after a
+                # claim here that came back short: that claim of nothing, and the admission
+                # pass it wakes, leave the next dispatch faster; benchmarks/HISTORY.md.)
                 self.work_arrived(agents)
-                for executor in short:
-                    # (work_arrived just counted this admission's own news)
-                    self._ran_dry(executor, news[executor.name] + 1)
             if committed and held:
                 self.on_claimed()
 
