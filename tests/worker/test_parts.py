@@ -415,18 +415,25 @@ async def test_the_claimers_poll_counts_pending_work_only_when_claims_admit(
     assert bool(claimer.claiming) is claims_admit
 
 
-def claimer_on(queue: AsyncQueue, executor: Slots, started: list[Task], **options: Any) -> Claimer:
-    """A claimer of one executor claiming from ``queue`` as worker w1; the tasks it would start
-    go to ``started``."""
+def claimer_on(
+    queue: AsyncQueue,
+    executor: Slots,
+    started: list[Task],
+    claim: Callable[[int, Any, Any], Awaitable[list[Task]]] | None = None,
+    **options: Any,
+) -> Claimer:
+    """A claimer of one executor claiming from ``queue`` as worker w1 (or with ``claim``); the
+    tasks it would start go to ``started``."""
 
-    async def claim(n: int, types: Any, agents: Any) -> list[Task]:
+    async def claim_w1(n: int, types: Any, agents: Any) -> list[Task]:
         return await queue.claim(n, "w1", types, agents)
 
     async def hints() -> Any:
         return await queue.store.work_hints(queue.clock.now())
 
     return Claimer(
-        claim, hints, [executor], {}, lambda task, _e, _s: started.append(task), Supervisor(log),
+        claim or claim_w1, hints, [executor], {}, lambda task, _e, _s: started.append(task),
+        Supervisor(log),
         **{"concurrency": 100, "on_dry": lambda: None, "on_claimed": lambda: None, **options},
     )  # fmt: skip
 
@@ -486,14 +493,7 @@ async def test_a_full_claim_sent_before_a_short_one_came_back_keeps_the_probing(
                 await full_may_return.wait()
         return tasks
 
-    async def hints() -> Any:
-        return await queue.store.work_hints(queue.clock.now())
-
-    claimer = Claimer(
-        claim, hints, [Slots(max_concurrent=100)], {}, lambda t, _e, _s: started.append(t),
-        Supervisor(log), concurrency=100, batch=2, in_flight=4, on_dry=lambda: None,
-        on_claimed=lambda: None,
-    )  # fmt: skip
+    claimer = claimer_on(queue, Slots(max_concurrent=100), started, claim, batch=2, in_flight=4)
     jobs = claimer.jobs
     full_may_return.set()
     claimer.fill()
@@ -573,14 +573,7 @@ async def test_news_that_comes_while_a_claim_is_under_way_is_not_lost_when_it_co
             claimer.work_arrived()  # its notice, heard before this answer came back
         return tasks
 
-    async def hints() -> Any:
-        return await queue.store.work_hints(queue.clock.now())
-
-    claimer = Claimer(
-        claim, hints, [Slots(max_concurrent=5)], {}, lambda t, _e, _s: started.append(t),
-        Supervisor(log), concurrency=5, batch=10, in_flight=1, on_dry=lambda: None,
-        on_claimed=lambda: None,
-    )  # fmt: skip
+    claimer = claimer_on(queue, Slots(max_concurrent=5), started, claim, batch=10, in_flight=1)
     claimer.fill()
     await claimer.jobs.wait_all(claimer.claiming)
     assert started == [] and told.is_set()  # short: the queue was empty when it looked
