@@ -142,25 +142,19 @@ class Claimer:
         self._outage.ok("claiming")
         self._begin(executor, tasks, sent)  # committed: the claim returned
         if len(tasks) < n:
-            self._ran_dry(executor, news)
+            self._probing.add(executor.name)
+            self._dry_seen[executor.name] = time.monotonic()
+            # Waiting for news, unless news came while the claim was under way (work committed
+            # after its snapshot, announced before its answer: left waiting, it would wait for
+            # the poll).
+            if self._news[executor.name] == news:
+                self._empty.add(executor.name)
             self.on_dry()  # the queue ran dry here: admit what is pending
         elif sent > self._dry_seen.get(executor.name, float("-inf")):
             # More may be waiting: claims in flight again. A full claim sent before a short
             # one came back says nothing newer than it: it does not end the probing.
             self._probing.discard(executor.name)
         self.on_claimed()
-
-    def _ran_dry(self, executor: Executor, news: int) -> None:
-        """A claim of ``executor`` came back short (``news``: its count of news when the claim
-        was sent): one claim at a time until one comes back full, and none until news comes,
-        unless news came while the claim was under way (work committed after the claim's
-        snapshot, announced before its answer came back: left waiting, it would wait for the
-        poll)."""
-        name = executor.name
-        self._probing.add(name)
-        self._dry_seen[name] = time.monotonic()
-        if self._news[name] == news:
-            self._empty.add(name)
 
     def _begin(self, executor: Executor, tasks: list[Task], sent: float) -> None:
         """Start the committed claims of ``executor`` (sent at ``sent``)."""
