@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Annotated, Any
 from uuid import UUID
 
@@ -22,7 +22,7 @@ from ..domain import access
 from ..domain.access import Principal, in_scope
 from ..domain.errors import InvalidInput, NotFound, StoreUnavailable
 from ..domain.limits import JSONLimitError, parse_json
-from ..domain.models import Task
+from ..domain.models import Event, Task
 from ..domain.states import Action, TaskState
 from ..ids import parse_task_id
 from ..service import (
@@ -42,6 +42,7 @@ from ..service.runtime import Runtime
 from ..spec import TaskSpec, field_problems
 from . import models
 from .auth import guarded, principal
+from .watch import TaskWatcher
 
 router = APIRouter(prefix="/v1")
 Who = Annotated[Principal, Depends(principal)]
@@ -287,7 +288,7 @@ async def get_task(
     loop = asyncio.get_running_loop()
     deadline = loop.time() + limit
     watcher = request.app.state.watcher
-    with watcher.watching(task) as changed:
+    with watcher.watching(tid, task.event_seq) as changed:
         while not task.terminal:
             left = deadline - loop.time()
             if left <= 0:
@@ -298,8 +299,13 @@ async def get_task(
             except TimeoutError:
                 break
             changed.clear()
-            # The watcher read the task as it found it moved; a task gone is read (not found).
-            task = watcher.latest(tid) or await reads.get(rt, tid, who.tenant)
+            # The watcher's copy of the task, if it is further on than ours, spares a read; a
+            # task gone is read (not found).
+            latest = watcher.latest(tid)
+            if latest is not None and latest.event_seq > task.event_seq:
+                task = latest
+            else:
+                task = await reads.get(rt, tid, who.tenant)
     return await _task_detail(rt, task)
 
 
@@ -372,21 +378,32 @@ async def events(
         return JSONResponse([e.to_json() for e in found])
     task = await reads.get(rt, tid, who.tenant)
     return StreamingResponse(
-        _event_stream(request, rt, task, who.tenant, found),
+        _event_stream(
+            request.app.state.watcher, request.is_disconnected, rt, task, who.tenant, found
+        ),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
 
 
 async def _event_stream(
-    request: Request, rt: Runtime, task: Task, tenant: str | None, first: list[Any]
+    watcher: TaskWatcher,
+    disconnected: Callable[[], Awaitable[bool]],
+    rt: Runtime,
+    task: Task,
+    tenant: str | None,
+    first: list[Event],
 ) -> AsyncIterator[str]:
-    """Every event so far, then each new one, until the task's terminal event has been sent.
-    The stream outlives a database outage (it reads again when the database is back) and
-    ends quietly if the task is purged meanwhile."""
+    """Every event so far (``first``, read before ``task``), then each new one, until the
+    task's terminal event has been sent. The stream outlives a database outage (it reads again
+    when the database is back) and ends quietly if the task is purged meanwhile, or, at a
+    keep-alive, if its client has gone (``disconnected``)."""
     sent = 0
     batch = first
-    with request.app.state.watcher.watching(task) as changed:
+    # Watched from the last event read, not from the task's head: the task was read after its
+    # events, and a move between the two reads (its end, say) must still wake the stream.
+    read = max((e.seq for e in first), default=0)
+    with watcher.watching(task.id, read) as changed:
         while True:
             for event in batch:
                 if event.seq > sent:
@@ -402,7 +419,7 @@ async def _event_stream(
                     async with asyncio.timeout(STREAM_KEEPALIVE_SECS):
                         await changed.wait()
                 except TimeoutError:
-                    if await request.is_disconnected():
+                    if await disconnected():
                         return
                     yield ": keep-alive\n\n"
                     batch = []

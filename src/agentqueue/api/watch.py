@@ -47,22 +47,27 @@ class TaskWatcher:
             self._loop = None
 
     @contextlib.contextmanager
-    def watching(self, task: Task) -> Iterator[asyncio.Event]:
-        """Within the block, ``changed`` (yielded) is set whenever ``task`` moves on."""
+    def watching(self, task_id: UUID, seen: int) -> Iterator[asyncio.Event]:
+        """Within the block, ``changed`` (yielded) is set whenever the task moves on from
+        ``seen``, the audit head (``event_seq``) the caller last read: at once if the watcher
+        already knows the task further on (it read the move before this caller came), else at
+        the first read that finds the head elsewhere."""
         changed = asyncio.Event()
-        self._waiters[task.id].add(changed)
-        self._seen.setdefault(task.id, task.event_seq)
+        self._waiters[task_id].add(changed)
+        known = self._seen.setdefault(task_id, seen)
+        if known != seen:
+            changed.set()
         self._wake.set()
         try:
             yield changed
         finally:
-            waiters = self._waiters.get(task.id)
+            waiters = self._waiters.get(task_id)
             if waiters is not None:
                 waiters.discard(changed)
                 if not waiters:
-                    del self._waiters[task.id]
-                    self._seen.pop(task.id, None)
-                    self._latest.pop(task.id, None)
+                    del self._waiters[task_id]
+                    self._seen.pop(task_id, None)
+                    self._latest.pop(task_id, None)
 
     def latest(self, task_id: UUID) -> Task | None:
         """The task as the last read that found it moved saw it (None before, or once it is
