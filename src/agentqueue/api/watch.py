@@ -50,8 +50,9 @@ class TaskWatcher:
     def watching(self, task_id: UUID, seen: int) -> Iterator[asyncio.Event]:
         """Within the block, ``changed`` (yielded) is set whenever the task moves on from
         ``seen``, the audit head (``event_seq``) the caller last read: at once if the watcher
-        already knows the task further on (it read the move before this caller came), else at
-        the first read that finds the head elsewhere."""
+        holds another head for it (most often one it read before this caller came; one the
+        caller is ahead of costs the caller a read for nothing), else at the first read that
+        finds the head elsewhere."""
         changed = asyncio.Event()
         self._waiters[task_id].add(changed)
         known = self._seen.setdefault(task_id, seen)
