@@ -80,10 +80,11 @@ def entries(text: str, database: str) -> list[tuple[str, str]]:
 
 
 def summarize(
-    found: list[tuple[str, str]],
+    found: list[tuple[str, str]], planned: dict[str, list[float]] | None = None
 ) -> tuple[dict[str, list[float]], dict[str, list[float]], int]:
     """Durations by statement (sum of every phase per run, runs counted by their execute or
-    simple statement), and the claims' by their array parameters."""
+    simple statement), and the claims' by their array parameters; with ``planned``, each run's
+    parse and bind (where PostgreSQL plans a prepared statement) added there too."""
     runs: dict[str, list[float]] = defaultdict(list)
     claims: dict[str, list[float]] = defaultdict(list)
     pending: dict[str, float] = defaultdict(float)  # parse and bind, until their execute
@@ -98,8 +99,11 @@ def summarize(
         if phase in ("parse", "bind"):
             pending[f"{pid} {key}"] += ms
             continue
-        took = ms + pending.pop(f"{pid} {key}", 0.0)
+        before = pending.pop(f"{pid} {key}", 0.0)
+        took = ms + before
         runs[key].append(took)
+        if planned is not None:
+            planned.setdefault(key, []).append(before)
         if sql.startswith(CLAIMS):
             later = found[i + 1 : i + 6]
             params = next((b for p, b in later if p == pid and "parameters" in b), "")
@@ -197,14 +201,15 @@ def main() -> None:
     with log.open("rb") as f:
         f.seek(start)
         text = f.read().decode("utf-8", "replace")
-    runs, claims, total = summarize(entries(text, database))
+    planned: dict[str, list[float]] = {}
+    runs, claims, total = summarize(entries(text, database), planned)
     rate, done = result.get("per_s"), result.get("done")
     if args.every:
         shown = f"one submit every {args.every:g} s, {done} of {args.n} completed"
     else:
         shown = f"{rate:,.0f}/s with every statement logged" if rate else "the drain failed"
     print(f"N={args.n:,}, tree {args.src}, config {args.config or 'none'}: {shown}; {total:,} runs")
-    table(runs, args.top)
+    table(runs, args.top, planned)
     print("\nClaims by the arrays they were sent (task types, agents, paused types):")
     print("| arrays | claims | total ms | median ms |")
     print("|---|---|---|---|")
@@ -212,15 +217,25 @@ def main() -> None:
         print(f"| {arrays} | {len(took)} | {sum(took):,.1f} | {statistics.median(took):.2f} |")
 
 
-def table(runs: dict[str, list[float]], top: int) -> None:
-    """The statements by their total time, most first."""
-    print("| statement | runs | total ms | median ms | max ms |")
-    print("|---|---|---|---|---|")
+def table(
+    runs: dict[str, list[float]], top: int, planned: dict[str, list[float]] | None = None
+) -> None:
+    """The statements by their total time, most first; with ``planned`` (PostgreSQL), the
+    median of their parse and bind (where a prepared statement is planned) beside the whole's."""
+    split = planned is not None
+    print(
+        "| statement | runs | total ms | median ms |"
+        + (" of it parse + bind, median ms |" if split else "")
+        + " max ms |"
+    )
+    print("|---|---|---|---|" + ("---|" if split else "") + "---|")
     for key, values in sorted(runs.items(), key=lambda kv: -sum(kv[1]))[:top]:
-        print(
-            f"| `{key}` | {len(values)} | {sum(values):,.1f} | {statistics.median(values):.2f}"
-            f" | {max(values):.2f} |"
-        )
+        parts = [f"`{key}`", f"{len(values)}", f"{sum(values):,.1f}"]
+        parts.append(f"{statistics.median(values):.2f}")
+        if planned is not None:
+            parts.append(f"{statistics.median(planned.get(key) or [0.0]):.2f}")
+        parts.append(f"{max(values):.2f}")
+        print("| " + " | ".join(parts) + " |")
 
 
 if __name__ == "__main__":

@@ -67,6 +67,16 @@ def test_the_log_is_read_per_statement_and_per_executor() -> None:
     assert claims == {"{noop} {}": [3.75, 1.0], "{t_a1} {a1}": [2.0]}
 
 
+def test_each_runs_parse_and_bind_are_kept_apart_when_asked() -> None:
+    """Where a prepared statement is planned (its parse and bind) is told apart from the whole,
+    per run: a run without them (a prepared statement's plan reused) counts none."""
+    program = _program()
+    planned: dict[str, list[float]] = {}
+    program.summarize(program.entries(LOG, "aq_log"), planned)
+    claim = "WITH picked AS ( SELECT t.ctid FROM aq_tasks"
+    assert planned == {claim: [0.75, 0.0, 0.0], "COMMIT": [0.0]}
+
+
 TIMED = """
 import sqlite3, sys
 conn = sqlite3.connect(sys.argv[1], isolation_level=None)

@@ -1,0 +1,70 @@
+"""``benchmarks/dispatch_steps.py`` and ``benchmarks/candidate_plans.py`` on tiny sizes: each
+runs against the real PostgreSQL and prints what it promises (every step of each way's dispatch
+with a figure; each variant's plan under each plan cache mode, with its times). No speed is
+asserted."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.postgres
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run(*args: str, cwd: Path) -> str:
+    done = subprocess.run(
+        [sys.executable, *args],
+        capture_output=True,
+        text=True,
+        timeout=600,  # a generous bound: the machines are shared
+        cwd=cwd,
+    )
+    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr[-4000:]}"
+    return done.stdout
+
+
+def test_dispatch_steps_gives_every_step_of_each_way(bench_db: str, tmp_path: Path) -> None:
+    program = str(ROOT / "benchmarks" / "dispatch_steps.py")
+    out = _run(program, "--n", "5", "--every", "0.05", "--rounds", "1", "--pg", bench_db,
+               "--work-dir", str(tmp_path / "steps"), cwd=tmp_path)  # fmt: skip
+    rows = {
+        cells[0]: cells[1:]
+        for line in out.splitlines()
+        if line.startswith("| ") and not line.startswith("| step")
+        for cells in [[c.strip() for c in line.strip("|").split("|")]]
+    }
+    number = re.compile(r"^\d+\.\d\d$")
+    # Columns: unrouted, routed. Each way's steps have a figure; the other way's are blank.
+    for step in ("the submit's notice reaches the worker", "the handler began"):
+        assert all(number.match(c) for c in rows[step]), rows[step]
+    for step in ("the claimer's claim sent", "the claim back (committed)"):
+        assert number.match(rows[step][0]) and rows[step][1] == "", rows[step]
+    for step in (
+        "the admission pass starts",
+        "its first round trip back (lock, candidates, load, tenants)",
+        "the plan made, the admission's writes being sent",
+        "the admission and its claim committed",
+    ):
+        assert rows[step][0] == "" and number.match(rows[step][1]), rows[step]
+    began = [float(c) for c in rows["the handler began"]]
+    heard = [float(c) for c in rows["the submit's notice reaches the worker"]]
+    assert all(h <= b for h, b in zip(heard, began, strict=True))  # in order of a dispatch
+
+
+def test_candidate_plans_shows_each_variant_under_each_mode(bench_db: str, tmp_path: Path) -> None:
+    out = _run(str(ROOT / "benchmarks" / "candidate_plans.py"), "--n", "3000", "--pg", bench_db,
+               cwd=tmp_path)  # fmt: skip
+    heads = re.findall(r"^--- (.+), plan_cache_mode = (\w+)$", out, re.M)
+    variants = ["as shipped", "the limit a constant",
+                "the limit a constant, the tenants in a subquery"]  # fmt: skip
+    modes = ["force_custom_plan", "force_generic_plan", "auto"]
+    assert heads == [(v, m) for v in variants for m in modes]
+    for block in out.split("--- ")[1:]:
+        assert "Planning Time:" in block and "Execution Time:" in block, block
+        assert "aq_tasks" in block, block  # the plan's read of the table is shown
