@@ -14,7 +14,7 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from worker_helpers import wait_for
+from worker_helpers import wait_for, worker_running
 
 from agentqueue import AsyncQueue, Task, TaskContext, TaskState
 from agentqueue.config import Settings
@@ -56,18 +56,12 @@ async def test_news_of_work_for_the_handlers_sends_the_agents_executors_no_claim
         return await real(p)
 
     queue.store.claim = counted  # type: ignore[method-assign]
-    stop = asyncio.Event()
-    running = asyncio.create_task(queue.run_worker(stop=stop, worker_id="routed"))
-    try:
+    async with worker_running(queue, worker_id="routed"):
         for turn in range(ROUNDS):
             specs = [{"title": f"t{turn}-{i}", "task_type": "noop"} for i in range(PER_ROUND)]
             await queue.submit_many(specs)
             done = (turn + 1) * PER_ROUND
             await wait_for(queue, functools.partial(_completed, n=done), 60, "drained")
-    finally:
-        stop.set()
-        await asyncio.wait_for(running, 30)
-        await queue.close()
     # Every task went through the planner and ran in the handlers (the hand-over's claims go
     # inside the admission, the rest through the claimer).
     assert claims[("noop",)] >= 1, claims
@@ -99,13 +93,7 @@ async def test_tasks_waiting_behind_an_agents_cap_are_admitted_as_completions_fr
     )
     queue = AsyncQueue(pg_url, settings=capped)
     await queue.open()
-    stop = asyncio.Event()
-    running = asyncio.create_task(queue.run_worker(stop=stop, worker_id="capped"))
-    try:
+    async with worker_running(queue, worker_id="capped"):
         await asyncio.sleep(0.5)  # the worker leads and has looked once
         await queue.submit_many([{"title": f"t{i}", "task_type": "t_one"} for i in range(4)])
         await wait_for(queue, functools.partial(_completed, n=4), 20, "all four completed")
-    finally:
-        stop.set()
-        await asyncio.wait_for(running, 30)
-        await queue.close()

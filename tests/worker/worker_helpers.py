@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 from uuid import UUID
 
 from agentqueue import AsyncQueue, Task, TaskState
@@ -54,3 +56,19 @@ async def settled(queue: AsyncQueue, task_id: UUID, within: float = 60.0) -> Tas
         if time.monotonic() > deadline:
             raise AssertionError(f"task {task_id} still {task.state.value} after {within}s")
         await asyncio.sleep(0.1)
+
+
+@contextlib.asynccontextmanager
+async def worker_running(queue: AsyncQueue, **options: Any) -> AsyncIterator[None]:
+    """``queue`` (open) running a worker in this process (``run_worker`` with ``options``) for
+    the block; then the worker stopped (within 30 s) and the queue closed, whatever happens."""
+    stop = asyncio.Event()
+    running = asyncio.create_task(queue.run_worker(stop=stop, **options))
+    try:
+        yield
+    finally:
+        stop.set()
+        try:
+            await asyncio.wait_for(running, 30)
+        finally:
+            await queue.close()
