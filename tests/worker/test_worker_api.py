@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from worker_helpers import worker_running
 
 from agentqueue import AsyncQueue, ConfigError, Queue, Task, TaskContext, TaskState
 from agentqueue.cli import main
@@ -46,19 +47,15 @@ async def test_run_worker_runs_async_and_sync_handlers_until_stopped(db_url: str
 
     first = (await queue.submit(title="a", task_type="async_kind", payload={"n": 2})).task
     second = (await queue.submit(title="b", task_type="sync_kind", payload={"n": 2})).task
-    stop = asyncio.Event()
-    running = asyncio.create_task(queue.run_worker(stop=stop, worker_id="in-process"))
-    await wait_until_ended(queue, 2)
-    stop.set()
-    await asyncio.wait_for(running, 10)
-    assert (await queue.get(first.id)).result == {"double": 4}
-    assert (await queue.get(second.id)).result == {"triple": 6}
+    async with worker_running(queue, worker_id="in-process"):
+        await wait_until_ended(queue, 2)
+        assert (await queue.get(first.id)).result == {"double": 4}
+        assert (await queue.get(second.id)).result == {"triple": 6}
+        claim = next(e for e in await queue.events(first.id) if e.action == "claim")
     threads = dict(seen)
     assert threads["async"] == threading.current_thread().name  # on the event loop
     assert threads["sync"].startswith("agentqueue-handler")  # in the thread pool
-    claim = next(e for e in await queue.events(first.id) if e.action == "claim")
     assert claim.actor == "in-process"
-    await queue.close()
 
 
 def test_the_sync_facade_runs_a_worker_until_stop_worker(tmp_path: Path) -> None:
@@ -93,22 +90,18 @@ async def test_ctx_heartbeat_renews_the_lease_before_the_regular_heartbeat(db_ur
         await renewed.wait()
 
     made = (await queue.submit(title="s", task_type="slow")).task
-    stop = asyncio.Event()
-    running = asyncio.create_task(queue.run_worker(stop=stop))
-    deadline = time.monotonic() + 10
-    while True:
-        task = await queue.get(made.id)
-        if task.state is S.EXECUTING and task.heartbeat_at != task.locked_at:
-            break
-        assert time.monotonic() < deadline, "the lease was not renewed"
-        await asyncio.sleep(0.05)
-    assert task.heartbeat_at is not None and task.locked_at is not None
-    assert task.heartbeat_at > task.locked_at
-    renewed.set()
-    await wait_until_ended(queue, 1)
-    stop.set()
-    await asyncio.wait_for(running, 10)
-    await queue.close()
+    async with worker_running(queue):
+        deadline = time.monotonic() + 10
+        while True:
+            task = await queue.get(made.id)
+            if task.state is S.EXECUTING and task.heartbeat_at != task.locked_at:
+                break
+            assert time.monotonic() < deadline, "the lease was not renewed"
+            await asyncio.sleep(0.05)
+        assert task.heartbeat_at is not None and task.locked_at is not None
+        assert task.heartbeat_at > task.locked_at
+        renewed.set()
+        await wait_until_ended(queue, 1)
 
 
 def test_a_task_type_served_by_a_handler_and_an_agent_is_refused(tmp_path: Path) -> None:
@@ -165,22 +158,24 @@ async def test_under_limits_the_admitting_worker_claims_in_the_admissions_transa
         running_now.append(1)
         await gate.wait()
 
-    stop = asyncio.Event()
-    running = asyncio.create_task(queue.run_worker(stop=stop, worker_id="admitter"))
-    submitted = [(await queue.submit(title=f"t{i}", task_type="job")).task for i in range(5)]
-    deadline = time.monotonic() + 20
-    while len(running_now) < 2:
-        assert time.monotonic() < deadline, (await queue.stats()).by_state
-        await asyncio.sleep(0.05)
-    await asyncio.sleep(0.5)  # a third would start now if the cap did not hold
-    assert len(running_now) == 2
-    assert (await queue.stats()).by_state[S.PENDING] == 3
-    gate.set()
-    await wait_until_ended(queue, 5)
-    stop.set()
-    await asyncio.wait_for(running, 10)
-    for task in submitted:
-        events = {e.action: e for e in await queue.events(task.id)}
+    async with worker_running(queue, worker_id="admitter"):
+        try:
+            submitted = [
+                (await queue.submit(title=f"t{i}", task_type="job")).task for i in range(5)
+            ]
+            deadline = time.monotonic() + 20
+            while len(running_now) < 2:
+                assert time.monotonic() < deadline, (await queue.stats()).by_state
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.5)  # a third would start now if the cap did not hold
+            assert len(running_now) == 2
+            assert (await queue.stats()).by_state[S.PENDING] == 3
+        finally:
+            gate.set()  # the handlers end, so the worker stops, whatever was asserted
+        await wait_until_ended(queue, 5)
+        histories = [await queue.events(task.id) for task in submitted]
+    for history in histories:
+        events = {e.action: e for e in history}
         # The worker's claim admits under a cap alone; else its scheduler does.
         assert (events["admit"].actor == "admitter") is cap_alone
         assert events["claim"].actor == "admitter"
@@ -214,32 +209,29 @@ async def test_under_a_cap_alone_a_pending_p0_task_preempts_a_long_running_one(
             step += 1
             ctx.checkpoint({"step": step})
 
-    stop = asyncio.Event()
-    running = asyncio.create_task(queue.run_worker(stop=stop, worker_id="w", concurrency=1))
-    try:
-        slow = (await queue.submit(title="reindex", task_type="job", priority=8)).task
-        deadline = time.monotonic() + 20
-        while began != ["reindex"]:
-            assert time.monotonic() < deadline, (await queue.stats()).by_state
-            await asyncio.sleep(0.05)
-        await asyncio.sleep(0.5)  # it has run past after_secs
-        urgent = await queue.submit(
-            title="fix prod", task_type="job", priority=0, idempotency_key="fix-prod"
-        )
-        while (await queue.get(urgent.task.id)).state is not S.COMPLETED:
-            assert time.monotonic() < deadline, (await queue.stats()).by_state
-            await asyncio.sleep(0.05)
-        while len(began) < 3:  # the yielded task is claimed back after the P0 one
-            assert time.monotonic() < deadline, began
-            await asyncio.sleep(0.05)
-        assert began[:3] == ["reindex", "fix prod", "reindex"]
-        actions = [e.action for e in await queue.events(slow.id)]
-        assert "preempt" in actions and "fail" not in actions
-        assert (await queue.get(slow.id)).retry_count == 0
-    finally:
-        finish.set()
-        stop.set()
-        await asyncio.wait_for(running, 30)
+    async with worker_running(queue, worker_id="w", concurrency=1):
+        try:
+            slow = (await queue.submit(title="reindex", task_type="job", priority=8)).task
+            deadline = time.monotonic() + 20
+            while began != ["reindex"]:
+                assert time.monotonic() < deadline, (await queue.stats()).by_state
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.5)  # it has run past after_secs
+            urgent = await queue.submit(
+                title="fix prod", task_type="job", priority=0, idempotency_key="fix-prod"
+            )
+            while (await queue.get(urgent.task.id)).state is not S.COMPLETED:
+                assert time.monotonic() < deadline, (await queue.stats()).by_state
+                await asyncio.sleep(0.05)
+            while len(began) < 3:  # the yielded task is claimed back after the P0 one
+                assert time.monotonic() < deadline, began
+                await asyncio.sleep(0.05)
+            assert began[:3] == ["reindex", "fix prod", "reindex"]
+            actions = [e.action for e in await queue.events(slow.id)]
+            assert "preempt" in actions and "fail" not in actions
+            assert (await queue.get(slow.id)).retry_count == 0
+        finally:
+            finish.set()  # the attempt ends, so the worker stops, whatever was asserted
 
 
 async def test_the_first_claims_are_sent_before_waiters_on_started_wake(db_url: str) -> None:
