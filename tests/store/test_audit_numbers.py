@@ -6,6 +6,7 @@ to be an event or a signed gap."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import sqlite3
 from collections.abc import Iterator
@@ -136,6 +137,54 @@ async def plain_pg_queue(pg_url: str, clock: ManualClock) -> Any:
 async def gaps_signed(queue: AsyncQueue) -> list[tuple[int, int]]:
     async with queue.store.audit_snapshot() as snap:
         return [g for a in [a async for a in snap.anchors] for g in a.gaps]
+
+
+def stored_hashes(url: str) -> list[str]:
+    """Every numbered event's hash, in number order, read directly."""
+    with psycopg.connect(url) as conn:
+        rows = conn.execute("SELECT hash FROM aq_events WHERE gseq IS NOT NULL ORDER BY gseq")
+        return [r[0] for r in rows]
+
+
+@pytest.mark.postgres
+async def test_an_anchor_over_every_number_folds_the_hashes_in_number_order(
+    plain_pg_queue: AsyncQueue, pg_url: str, clock: ManualClock
+) -> None:
+    """With no gap among the numbers, PostgreSQL gives the anchoring step the range's hashes
+    joined in one row; the digest is still every event's hash rolled in number order."""
+    queue = plain_pg_queue
+    await activity(queue, clock)
+    [anchor] = await queue.anchor_audit()
+    hashes = stored_hashes(pg_url)
+    assert (anchor.after, anchor.count, anchor.gaps) == (0, len(hashes), ())
+    assert anchor.digest == functools.reduce(roll, hashes, GENESIS)
+    await queue.submit(title="after", task_type="bugfix")
+    [second] = await queue.anchor_audit()
+    assert (second.after, second.count) == (len(hashes), len(hashes) + 1)
+    assert second.digest == roll(anchor.digest, stored_hashes(pg_url)[-1])
+    report = await queue.verify()
+    assert report.ok, report
+
+
+@pytest.mark.postgres
+async def test_a_hash_holding_a_comma_is_anchored_as_stored(
+    plain_pg_queue: AsyncQueue, pg_url: str, clock: ManualClock
+) -> None:
+    """A hash with a comma in it (someone with the database wrote it) would split the joined
+    row wrongly: the count disagrees, the step reads the events a row each, and the anchor
+    signs what is stored. Verify names the changed event, as for any other change."""
+    queue = plain_pg_queue
+    await activity(queue, clock)
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("ALTER TABLE aq_events DISABLE TRIGGER aq_events_no_update")
+        conn.execute("UPDATE aq_events SET hash = 'not,a,hash' WHERE gseq = 5")
+    [anchor] = await queue.anchor_audit()
+    hashes = stored_hashes(pg_url)
+    assert "not,a,hash" in hashes
+    assert (anchor.count, anchor.gaps) == (len(hashes), ())
+    assert anchor.digest == functools.reduce(roll, hashes, GENESIS)
+    report = await queue.verify()
+    assert not report.ok
 
 
 @pytest.mark.postgres

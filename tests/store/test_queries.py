@@ -22,6 +22,9 @@ POSTGRES_ONLY = {
     # one writer at a time, never open while another reads
     "event_writers",
     "event_writers_left",
+    # The hashes of a range of events joined in number order, in one row; SQLite's group_concat
+    # keeps no order it promises, so its anchoring step reads the events a row each
+    "events_hashed",
     # A transaction's BEGIN, sent with its first statement, and its end; SQLite's writer begins
     # with BEGIN IMMEDIATE in its dialect
     "begin",

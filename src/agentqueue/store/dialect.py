@@ -82,6 +82,9 @@ class Dialect(Protocol):
     codec: Codec
     orders_in_sql: bool
     """True when ``claim`` and ``admit`` return their rows in claim order already."""
+    joins_in_order: bool
+    """True when the database can join a range of events' hashes in number order in one row
+    (``events_hashed``); else the anchoring step reads them a row each."""
     admitting_claim: tuple[str, str]
     """A claim that admits (ClaimParams.admit), after the admission lock: the statement that
     takes the room, then the claim, whose rows come back in no order."""

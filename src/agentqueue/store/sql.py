@@ -458,9 +458,21 @@ class SQLStore(QueryOps):
             upto = min(settled, after + limit)
             if upto <= after:
                 return None
-            # Up to a minute of events: value tuples, not a dict per row.
-            _, found = await s.fetch_table("events_numbered", {"after": after, "upto": upto})
-            anchor = extend_anchor(last, [(r[0], r[1]) for r in found], at, upto)
+            span = {"after": after, "upto": upto}
+            anchor = None
+            if self._d.joins_in_order:
+                # Up to a minute of events in one row: their hashes joined in number order. It
+                # serves when every number is an event (count and hashes agree); else the rows.
+                (joined,) = await s.fetch("events_hashed", span)
+                hashes = joined["hashes"].split(",") if joined["hashes"] else []
+                if joined["n"] == upto - after == len(hashes):
+                    anchor = extend_anchor(last, hashes, at, upto)
+            if anchor is None:
+                # Value tuples, not a dict per row.
+                _, found = await s.fetch_table("events_numbered", span)
+                anchor = extend_anchor(
+                    last, [r[1] for r in found], at, upto, numbers=[r[0] for r in found]
+                )
             added = await s.fetch("add_anchor", self._p(**anchor_params(anchor)))
             return replace(anchor, id=int(added[0]["id"]))
 

@@ -337,6 +337,7 @@ class PostgresDialect:
     separate_writer = True
     codec = CODEC
     orders_in_sql = True
+    joins_in_order = True
     # The room counted (a setting of the transaction), then one row update admitting and
     # claiming each pending task it takes.
     admitting_claim = ("claim_room", "claim_admitting")

@@ -173,6 +173,7 @@ class SQLiteDialect:
     push_notifications = False
     codec = CODEC
     orders_in_sql = False  # the claim and admit UPDATEs return rows unordered
+    joins_in_order = False  # group_concat keeps no order SQLite promises (before 3.44)
     # One writer at a time: admit what the claim may take, then claim as always.
     admitting_claim = ("admit_for_claim", "claim")
     listen_interval_secs = 0.02

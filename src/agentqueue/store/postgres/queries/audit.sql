@@ -59,6 +59,13 @@ WHERE locktype = 'relation' AND relation = 'aq_events'::regclass
   AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
   AND mode = 'RowExclusiveLock' AND granted AND virtualtransaction = ANY(%(vxids)s)
 
+-- name: events_hashed
+-- How many events have global numbers in after+1 .. upto, and their hashes joined in number order.
+-- One row however many events: the anchoring step folds them without a row each (hashes are hex,
+-- so no comma is theirs; one that were would make the count disagree, and the rows be read).
+SELECT count(*) AS n, string_agg(hash, ',' ORDER BY gseq) AS hashes
+FROM aq_events WHERE gseq > %(after)s AND gseq <= %(upto)s
+
 -- name: events_numbered
 -- The events with global numbers in after+1 .. upto, in order.
 SELECT gseq, hash FROM aq_events WHERE gseq > %(after)s AND gseq <= %(upto)s ORDER BY gseq

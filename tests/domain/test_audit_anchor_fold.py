@@ -1,0 +1,76 @@
+"""The anchoring step's fold (R24): ``roll_all`` is ``roll`` applied event by event, and an
+anchor over a range of events is the same whether the step read their numbers or knew every
+number was an event."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from datetime import UTC, datetime
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from agentqueue.domain.audit import GENESIS, extend_anchor, roll, roll_all
+
+AT = datetime(2026, 12, 7, 8, 0, tzinfo=UTC)
+
+
+def sha(i: int) -> str:
+    return hashlib.sha256(str(i).encode()).hexdigest()
+
+
+def by_roll(digest: str, hashes: list[str]) -> str:
+    return functools.reduce(roll, hashes, digest)
+
+
+def test_roll_all_is_roll_event_by_event_over_hex_hashes() -> None:
+    hashes = [sha(i) for i in range(500)]
+    assert roll_all(GENESIS, hashes) == by_roll(GENESIS, hashes)
+    assert roll_all(GENESIS, []) == GENESIS
+
+
+@given(
+    st.text(max_size=80),
+    st.lists(st.text(max_size=80), max_size=20),
+)
+def test_roll_all_is_roll_event_by_event_over_any_text(digest: str, hashes: list[str]) -> None:
+    """Fields are counted in characters and hashed as UTF-8, as roll does, whatever a stored
+    digest or hash holds (a tampered one may hold anything)."""
+    assert roll_all(digest, hashes) == by_roll(digest, hashes)
+
+
+def test_an_anchor_without_numbers_is_the_anchor_over_every_number() -> None:
+    hashes = [sha(i) for i in range(10)]
+    numbered = extend_anchor(None, hashes, AT, 10, numbers=list(range(1, 11)))
+    plain = extend_anchor(None, hashes, AT, 10)
+    assert plain == numbered
+    assert plain.digest == by_roll(GENESIS, hashes)
+    assert plain.recorded["gaps"] == []
+    after = extend_anchor(plain, hashes[:3], AT, 13)
+    assert after == extend_anchor(plain, hashes[:3], AT, 13, numbers=[11, 12, 13])
+    assert after.digest == by_roll(plain.digest, hashes[:3])
+
+
+def test_numbers_with_gaps_are_signed_as_gaps() -> None:
+    hashes = [sha(i) for i in range(3)]
+    anchor = extend_anchor(None, hashes, AT, 6, numbers=[1, 3, 4])
+    assert anchor.recorded["gaps"] == [[2, 2], [5, 6]]
+    assert anchor.digest == by_roll(GENESIS, hashes)
+
+
+@pytest.mark.parametrize(
+    ("hashes", "upto", "numbers"),
+    [
+        ([sha(1), sha(2)], 3, None),  # three numbers, two events, no numbers to say which
+        ([sha(1)], 2, [1, 2]),  # a number without its hash
+        ([sha(1)], 2, [3]),  # beyond the anchor's numbers
+    ],
+    ids=["missing-numbers", "count-mismatch", "out-of-range"],
+)
+def test_events_that_do_not_fit_the_numbers_are_refused(
+    hashes: list[str], upto: int, numbers: list[int] | None
+) -> None:
+    with pytest.raises(ValueError):
+        extend_anchor(None, hashes, AT, upto, numbers=numbers)
