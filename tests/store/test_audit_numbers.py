@@ -150,8 +150,9 @@ def stored_hashes(url: str) -> list[str]:
 async def test_an_anchor_over_every_number_folds_the_hashes_in_number_order(
     plain_pg_queue: AsyncQueue, pg_url: str, clock: ManualClock
 ) -> None:
-    """With no gap among the numbers, PostgreSQL gives the anchoring step the range's hashes
-    joined in one row; the digest is still every event's hash rolled in number order."""
+    """With no gap among the numbers (where PostgreSQL's step reads the range's hashes joined
+    in one row), each anchor's digest is every event's hash rolled in number order, as read
+    directly, and covers every number without a gap. (Joined in another order, this fails.)"""
     queue = plain_pg_queue
     await activity(queue, clock)
     [anchor] = await queue.anchor_audit()

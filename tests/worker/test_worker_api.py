@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import sys
 import threading
 import time
@@ -11,7 +12,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from worker_helpers import worker_running
+from worker_helpers import ended, wait_for, worker_running
 
 from agentqueue import AsyncQueue, ConfigError, Queue, Task, TaskContext, TaskState
 from agentqueue.cli import main
@@ -25,10 +26,7 @@ def fast_settings(**worker: Any) -> Settings:
 
 
 async def wait_until_ended(queue: AsyncQueue, n: int, within: float = 20) -> None:
-    deadline = time.monotonic() + within
-    while sum(c for s, c in (await queue.stats()).by_state.items() if s.terminal) < n:
-        assert time.monotonic() < deadline, (await queue.stats()).by_state
-        await asyncio.sleep(0.05)
+    await wait_for(queue, functools.partial(ended, n=n), within, f"{n} task(s) ended")
 
 
 async def test_run_worker_runs_async_and_sync_handlers_until_stopped(db_url: str) -> None:
