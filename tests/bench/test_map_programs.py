@@ -1,7 +1,8 @@
-"""``benchmarks/dispatch_steps.py`` and ``benchmarks/candidate_plans.py`` on tiny sizes: each
-runs against the real PostgreSQL and prints what it promises (every step of each way's dispatch
-with a figure; each variant's plan under each plan cache mode, with its times). No speed is
-asserted."""
+"""``benchmarks/dispatch_steps.py``, ``benchmarks/candidate_plans.py`` and
+``benchmarks/anchor_stall.py`` on tiny sizes: each runs against the real PostgreSQL (and SQLite)
+and prints what it promises (every step of each way's dispatch with a figure; each variant's plan
+under each plan cache mode, with its times; each way's anchoring steps with the loop's delays).
+No speed is asserted."""
 
 from __future__ import annotations
 
@@ -68,3 +69,26 @@ def test_candidate_plans_shows_each_variant_under_each_mode(bench_db: str, tmp_p
     for block in out.split("--- ")[1:]:
         assert "Planning Time:" in block and "Execution Time:" in block, block
         assert "aq_tasks" in block, block  # the plan's read of the table is shown
+
+
+def test_anchor_stall_gives_each_way_of_each_backend_its_steps(
+    bench_db: str, tmp_path: Path
+) -> None:
+    """Four steps of 1,000 numbers a backend, two each way (the program stops if a step covers
+    any other count; pages of 300 end inside it), each row with its three figures."""
+    program = str(ROOT / "benchmarks" / "anchor_stall.py")
+    out = _run(program, "--n", "4000", "--step", "1000", "--page", "300", "--pg", bench_db,
+               cwd=tmp_path)  # fmt: skip
+    rows = [
+        [c.strip() for c in line.strip().strip("|").split("|")]
+        for line in out.splitlines()
+        if line.startswith(("| postgresql", "| sqlite"))
+    ]
+    assert [r[:2] for r in rows] == [
+        ["postgresql", "one page (1,000)"],
+        ["postgresql", "paged (300)"],
+        ["sqlite", "one page (1,000)"],
+        ["sqlite", "paged (300)"],
+    ]
+    for row in rows:
+        assert row[2] == "2" and all(re.match(r"^\d+(\.\d)?$", c) for c in row[3:]), row

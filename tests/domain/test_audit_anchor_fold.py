@@ -1,6 +1,6 @@
 """The anchoring step's fold (R24): ``roll_all`` is ``roll`` applied event by event, and an
 anchor over a range of events is the same whether the step read their numbers or knew every
-number was an event."""
+number was an event, and however it split the numbers into pages."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentqueue.domain.audit import GENESIS, extend_anchor, roll, roll_all
+from agentqueue.domain.audit import GENESIS, AnchorFold, extend_anchor, roll, roll_all
 
 AT = datetime(2026, 12, 7, 8, 0, tzinfo=UTC)
 
@@ -74,3 +74,47 @@ def test_events_that_do_not_fit_the_numbers_are_refused(
 ) -> None:
     with pytest.raises(ValueError):
         extend_anchor(None, hashes, AT, upto, numbers=numbers)
+
+
+@st.composite
+def numbered_pages(draw: st.DrawFn) -> tuple[int, list[int], list[int]]:
+    """A range of numbers 1..upto, the ones that are events (the rest gaps, runs of them
+    likely), and page ends that split the range."""
+    upto = draw(st.integers(1, 60))
+    events = sorted(draw(st.sets(st.integers(1, upto))))
+    ends = sorted(draw(st.sets(st.integers(1, upto - 1) if upto > 1 else st.nothing())))
+    return upto, events, [*ends, upto]
+
+
+@given(numbered_pages(), st.booleans())
+def test_an_anchor_folded_in_pages_is_the_anchor_folded_at_once(
+    drawn: tuple[int, list[int], list[int]], joined_when_full: bool
+) -> None:
+    """Digest, gaps (a run of gaps across page ends is one range) and signature are the same,
+    and so when a page without gaps is given its hashes alone (PostgreSQL's joined row)."""
+    upto, events, ends = drawn
+    last = extend_anchor(None, [sha(-1), sha(-2)], AT)
+    hashes = {n: sha(n) for n in events}
+    shifted = [n + last.count for n in events]
+    whole = extend_anchor(last, [hashes[n] for n in events], AT, upto + last.count, shifted)
+    fold = AnchorFold(last)
+    begin = 0
+    for end in ends:
+        page = [n for n in events if begin < n <= end]
+        if joined_when_full and len(page) == end - begin:
+            fold.add([hashes[n] for n in page], end + last.count)
+        else:
+            fold.add([hashes[n] for n in page], end + last.count, [n + last.count for n in page])
+        begin = end
+    assert fold.anchor(AT) == whole
+    assert whole.recorded["after"] == last.count
+
+
+def test_a_run_of_gaps_across_pages_is_signed_as_one_range() -> None:
+    fold = AnchorFold(None)
+    fold.add([sha(1)], 3, numbers=[1])  # 2..3 no event
+    fold.add([], 6, numbers=[])  # 4..6 no event either
+    fold.add([sha(8)], 9, numbers=[8])  # 7 none; 9 none
+    anchor = fold.anchor(AT)
+    assert anchor.recorded["gaps"] == [[2, 7], [9, 9]]
+    assert anchor.count == 9 and anchor.digest == by_roll(GENESIS, [sha(1), sha(8)])

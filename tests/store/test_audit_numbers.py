@@ -10,6 +10,7 @@ import functools
 import json
 import sqlite3
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from agentqueue.domain.audit import (
     canonical_json,
     canonical_time,
     chained_event,
+    extend_anchor,
     install_keys,
     make_anchor,
     roll,
@@ -410,3 +412,56 @@ async def test_migrating_numbers_waiting_events_in_the_order_anchoring_did(
         assert report.ok and report.events == 13, report
     finally:
         await queue.close()
+
+
+async def numbered_events(queue: AsyncQueue) -> list[tuple[int, str]]:
+    async with queue.store.audit_snapshot() as snap:
+        return [n async for n in snap.numbered]
+
+
+async def test_an_anchor_read_in_pages_is_the_anchor_read_at_once(
+    queue: AsyncQueue, clock: ManualClock
+) -> None:
+    """A step reads and folds its numbers a page at a time: with pages of 5 and then of 1, each
+    anchor is the one folded over all its events at once (digest, gaps and signature), and the
+    trail verifies."""
+    await activity(queue, clock)
+    events = await numbered_events(queue)
+    with pytest.raises(ValueError, match="page must be at least 1"):
+        await queue.store.anchor_audit(clock.now(), 100, page=0)
+    anchor = await queue.store.anchor_audit(clock.now(), 100, page=5)
+    assert anchor is not None and (anchor.after, anchor.count) == (0, 12)
+    expected = extend_anchor(
+        None, [h for _, h in events], clock.now(), 12, numbers=[n for n, _ in events]
+    )
+    assert replace(anchor, id=None) == expected
+    for i in range(3):
+        await queue.submit(title=f"after {i}", task_type="bugfix")
+    newer = (await numbered_events(queue))[len(events) :]
+    second = await queue.store.anchor_audit(clock.now(), 100, page=1)
+    assert second is not None and (second.after, second.count) == (12, 15)
+    assert replace(second, id=None) == extend_anchor(
+        anchor, [h for _, h in newer], clock.now(), 15, numbers=[n for n, _ in newer]
+    )
+    report = await queue.verify()
+    assert report.ok, report
+
+
+@pytest.mark.postgres
+async def test_a_run_of_gaps_across_pages_is_signed_as_one_range(
+    plain_pg_queue: AsyncQueue, pg_url: str, clock: ManualClock
+) -> None:
+    """Numbers 13..16 drawn and never used, anchored in pages of 3 (..12, ..15, ..17): the run
+    is one signed gap, the page ends inside it notwithstanding, and the trail verifies."""
+    queue = plain_pg_queue
+    await activity(queue, clock)
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("SELECT nextval('aq_event_gseq') FROM generate_series(1, 4)")
+    await queue.submit(title="after", task_type="bugfix")
+    anchor = await queue.store.anchor_audit(clock.now(), 100, page=3)
+    assert anchor is not None
+    assert (anchor.after, anchor.count, anchor.gaps) == (0, 17, ((13, 16),))
+    assert anchor.digest == functools.reduce(roll, stored_hashes(pg_url), GENESIS)
+    report = await queue.verify()
+    assert report.ok, report
+    assert report.events == 13

@@ -559,31 +559,67 @@ def extend_anchor(
     """The anchor after ``last`` that covers the numbers up to ``upto`` (default: as many as
     ``hashes``), ``hashes`` being the hash of every event among them, in order, and ``numbers``
     their numbers, ascending: the numbers between that are no event are its gaps (None: every
-    number up to ``upto`` is an event, one a hash). Its ``data`` also says where the anchor
-    before ended, and up to which number plain (unkeyed) hashes were there before a key was
-    used: carried over from anchor to anchor, set by the first keyed one."""
-    after = 0 if last is None else last.count
-    count = after + len(hashes) if upto is None else upto
-    if numbers is None:
-        if count - after != len(hashes):
-            raise ValueError(
-                f"{len(hashes)} event(s) for the {count - after} number(s) #{after + 1}..#{count}"
-            )
-        gaps: Gaps = ()
-    else:
-        if len(numbers) != len(hashes):
-            raise ValueError(f"{len(numbers)} number(s) for {len(hashes)} event(s)")
-        for number in numbers:
-            if not after < number <= count:
-                raise ValueError(f"event #{number} is outside the anchor's #{after + 1}..#{count}")
-        gaps = gaps_between(after, count, numbers)
-    digest = roll_all(GENESIS if last is None else last.digest, hashes)
-    plain_upto = plain_numbered(last)
-    if (last is None or not last.keyed) and _keys.current is not None:
-        # The first keyed anchor: what it numbers was written before the key (or with it).
-        plain_upto = count
-    data = {"after": after, "gaps": [list(g) for g in gaps], "plain_upto": plain_upto}
-    return make_anchor(ANCHOR_KIND, at, count, digest, canonical_json(data))
+    number up to ``upto`` is an event, one a hash). :class:`AnchorFold` in one page."""
+    fold = AnchorFold(last)
+    fold.add(hashes, upto, numbers)
+    return fold.anchor(at)
+
+
+class AnchorFold:
+    """The anchor after ``last``, built a page of numbers at a time: each :meth:`add` folds the
+    events of the next numbers into the digest and notes their gaps, so an anchoring step need
+    neither hold a whole step's hashes nor fold them in one go. Its ``data`` also says where the
+    anchor before ended, and up to which number plain (unkeyed) hashes were there before a key
+    was used: carried over from anchor to anchor, set by the first keyed one. However the
+    numbers are split into pages, the anchor is the same (a gap across pages is one range)."""
+
+    def __init__(self, last: Anchor | None) -> None:
+        self.last = last
+        self.after = 0 if last is None else last.count
+        self.upto = self.after
+        """The highest number folded so far."""
+        self.digest = GENESIS if last is None else last.digest
+        self.gaps: list[tuple[int, int]] = []
+
+    def add(
+        self, hashes: Sequence[str], upto: int | None = None, numbers: Sequence[int] | None = None
+    ) -> None:
+        """Fold the numbers after :attr:`upto` up to ``upto`` (default: as many as ``hashes``):
+        ``hashes`` the hash of every event among them, in order, ``numbers`` their numbers,
+        ascending (None: every number is an event, one a hash)."""
+        after = self.upto
+        count = after + len(hashes) if upto is None else upto
+        if numbers is None:
+            if count - after != len(hashes):
+                raise ValueError(
+                    f"{len(hashes)} event(s) for the {count - after} number(s) "
+                    f"#{after + 1}..#{count}"
+                )
+        else:
+            if len(numbers) != len(hashes):
+                raise ValueError(f"{len(numbers)} number(s) for {len(hashes)} event(s)")
+            for number in numbers:
+                if not after < number <= count:
+                    raise ValueError(
+                        f"event #{number} is outside the anchor's #{after + 1}..#{count}"
+                    )
+            for first, last in gaps_between(after, count, numbers):
+                if self.gaps and self.gaps[-1][1] + 1 == first:
+                    self.gaps[-1] = (self.gaps[-1][0], last)  # a gap that began a page before
+                else:
+                    self.gaps.append((first, last))
+        self.digest = roll_all(self.digest, hashes)
+        self.upto = count
+
+    def anchor(self, at: datetime) -> Anchor:
+        """The anchor over every number folded, signed with the installed key."""
+        last, count = self.last, self.upto
+        plain_upto = plain_numbered(last)
+        if (last is None or not last.keyed) and _keys.current is not None:
+            # The first keyed anchor: what it numbers was written before the key (or with it).
+            plain_upto = count
+        data = {"after": self.after, "gaps": [list(g) for g in self.gaps], "plain_upto": plain_upto}
+        return make_anchor(ANCHOR_KIND, at, count, self.digest, canonical_json(data))
 
 
 def plain_numbered(anchor: Anchor | None) -> int:

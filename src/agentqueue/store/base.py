@@ -125,6 +125,9 @@ class Notice:
     payload: str = ""
 
 
+ANCHOR_PAGE = 5_000
+"""How many numbers of the global sequence an anchoring step reads and folds at a time."""
+
 CHANNEL_PENDING = "aq_pending"  # tasks became pending: the scheduler may admit them
 CHANNEL_QUEUED = "aq_queued"  # tasks became queued: workers may claim them
 CHANNEL_REVOKED = "aq_revoked"  # leases were revoked (cancel, takeback); payload: task ids
@@ -976,10 +979,13 @@ class AuditReader(Protocol):
         """Every task head and every event, read from one consistent snapshot."""
         ...
 
-    async def anchor_audit(self, at: datetime, limit: int) -> Anchor | None:
-        """Record the anchor after the last one (domain.audit.extend_anchor), covering at most
+    async def anchor_audit(
+        self, at: datetime, limit: int, page: int = ANCHOR_PAGE
+    ) -> Anchor | None:
+        """Record the anchor after the last one (domain.audit.AnchorFold), covering at most
         ``limit`` numbers of the global sequence, up to the highest number no open transaction
-        can still hold; one process at a time. None when there was nothing to cover."""
+        can still hold, read and folded ``page`` numbers at a time; one process at a time. None
+        when there was nothing to cover."""
         ...
 
 

@@ -17,12 +17,13 @@ from typing import Any
 from uuid import UUID
 
 from ..domain.access import TokenRecord
-from ..domain.audit import Anchor, StoredEvent, extend_anchor
+from ..domain.audit import Anchor, AnchorFold, StoredEvent
 from ..domain.deliveries import DeliveryRecord
 from ..domain.models import Event, LogRecord, Task
 from ..domain.schedule import Schedule
 from ..domain.states import BulkEvent, TaskState
 from .base import (
+    ANCHOR_PAGE,
     CHANNEL_PENDING,
     CHANNEL_QUEUED,
     AdmitParams,
@@ -47,7 +48,7 @@ from .base import (
     WorkerSlots,
     WorkHints,
 )
-from .dialect import Dialect
+from .dialect import Dialect, Session
 from .migrate import latest_version, refuse_newer, run_migrations
 from .rows import (
     Row,
@@ -445,10 +446,16 @@ class SQLStore(QueryOps):
 
             yield AuditSnapshot(heads(), events(), numbered(), anchors(), guards())
 
-    async def anchor_audit(self, at: datetime, limit: int) -> Anchor | None:
+    async def anchor_audit(
+        self, at: datetime, limit: int, page: int = ANCHOR_PAGE
+    ) -> Anchor | None:
         """Under the anchoring lock: read the last anchor and the events after it, up to the
         highest number no open transaction can still hold (at most ``limit`` numbers), and
-        record the anchor after them."""
+        record the anchor after them. The events are read and folded ``page`` numbers at a
+        time, the event loop let go between pages (a step of 100,000 numbers read at once
+        held it for about 80 ms: ``benchmarks/anchor_stall.py``)."""
+        if page < 1:
+            raise ValueError(f"page must be at least 1, not {page}")
         settled = await self._d.settled_number()
         async with self._d.transaction() as s:
             await s.fetch("lock_anchoring", {})
@@ -458,23 +465,27 @@ class SQLStore(QueryOps):
             upto = min(settled, after + limit)
             if upto <= after:
                 return None
-            span = {"after": after, "upto": upto}
-            anchor = None
-            if self._d.joins_in_order:
-                # Up to a minute of events in one row: their hashes joined in number order. It
-                # serves when every number is an event (count and hashes agree); else the rows.
-                (joined,) = await s.fetch("events_hashed", span)
-                hashes = joined["hashes"].split(",") if joined["hashes"] else []
-                if joined["n"] == upto - after == len(hashes):
-                    anchor = extend_anchor(last, hashes, at, upto)
-            if anchor is None:
-                # Value tuples, not a dict per row.
-                _, found = await s.fetch_table("events_numbered", span)
-                anchor = extend_anchor(
-                    last, [r[1] for r in found], at, upto, numbers=[r[0] for r in found]
-                )
+            fold = AnchorFold(last)
+            while fold.upto < upto:
+                await self._fold_page(s, fold, min(upto, fold.upto + page))
+            anchor = fold.anchor(at)
             added = await s.fetch("add_anchor", self._p(**anchor_params(anchor)))
             return replace(anchor, id=int(added[0]["id"]))
+
+    async def _fold_page(self, s: Session, fold: AnchorFold, upto: int) -> None:
+        """Fold the events numbered after ``fold.upto`` up to ``upto``."""
+        span = {"after": fold.upto, "upto": upto}
+        if self._d.joins_in_order:
+            # The page's hashes joined in number order in one row. It serves when every number
+            # is an event (count and hashes agree); else the rows.
+            (joined,) = await s.fetch("events_hashed", span)
+            hashes = joined["hashes"].split(",") if joined["hashes"] else []
+            if joined["n"] == upto - fold.upto == len(hashes):
+                fold.add(hashes, upto)
+                return
+        # Value tuples, not a dict per row.
+        _, found = await s.fetch_table("events_numbered", span)
+        fold.add([r[1] for r in found], upto, numbers=[r[0] for r in found])
 
     # --- leadership and pausing ---------------------------------------------------------------
 
