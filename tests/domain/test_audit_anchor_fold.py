@@ -118,3 +118,11 @@ def test_a_run_of_gaps_across_pages_is_signed_as_one_range() -> None:
     anchor = fold.anchor(AT)
     assert anchor.recorded["gaps"] == [[2, 7], [9, 9]]
     assert anchor.count == 9 and anchor.digest == by_roll(GENESIS, [sha(1), sha(8)])
+
+
+def test_a_page_that_would_go_back_is_refused() -> None:
+    fold = AnchorFold(None)
+    fold.add([sha(1), sha(2)])
+    with pytest.raises(ValueError, match="below #2"):
+        fold.add([], 1, numbers=[])
+    assert fold.upto == 2

@@ -589,6 +589,8 @@ class AnchorFold:
         ascending (None: every number is an event, one a hash)."""
         after = self.upto
         count = after + len(hashes) if upto is None else upto
+        if count < after:
+            raise ValueError(f"#{count} is below #{after}, the last number folded")
         if numbers is None:
             if count - after != len(hashes):
                 raise ValueError(
