@@ -121,6 +121,23 @@ def _iso(at: datetime | None) -> str:
     return at.isoformat(timespec="seconds") if at is not None else "?"
 
 
+def reads_facts(task: Task) -> bool:
+    """Whether the reasons for ``task`` draw on :class:`Facts` beyond the time and the scope
+    (:func:`why_waiting`): an executing task's, a task's waiting on a tool and one held for
+    approval do not, nor does an ended task (it has none)."""
+    state = task.state
+    if state not in WAITING_STATES or state in (S.EXECUTING, S.WAITING_TOOL):
+        return False
+    return not (state is S.BLOCKED and task.hold == "approval")
+
+
+def reads_load(task: Task) -> bool:
+    """Whether the reasons for ``task`` draw on the admitted work (``agent_load`` and
+    ``active``): a pending or retrying task's (the caps), and a blocked one's (its dependencies
+    may be pending). A queued task's do not: it has been admitted."""
+    return task.state in (S.PENDING, S.RETRYING, S.BLOCKED) and reads_facts(task)
+
+
 def why_waiting(task: Task, facts: Facts, depth: int = 0) -> list[Reason]:
     """Why ``task`` has not run (or ended) yet, most telling first; empty for a task in none
     of :data:`WAITING_STATES`."""

@@ -17,6 +17,8 @@ from ..domain.waiting import (
     Scope,
     Survey,
     keeps,
+    reads_facts,
+    reads_load,
     why_waiting,
 )
 from ..store import TaskFilter
@@ -34,9 +36,13 @@ MAX_DEPENDENCY_READS = 5
 """Levels of dependencies read below the tasks asked about (deeper ones are taken to move)."""
 
 
-async def _facts(rt: Runtime, tasks: Sequence[Task], scope: Scope | None) -> Facts:
+async def _facts(
+    rt: Runtime, tasks: Sequence[Task], scope: Scope | None, *, load: bool = True
+) -> Facts:
+    """The facts for ``tasks``; without ``load``, no admitted work is read (a count over every
+    queued and executing task), and the facts say none."""
     paused = await rt.paused_types(max_age_secs=0.0)
-    load = Load.count(await rt.store.active_load())
+    admitted = Load.count(await rt.store.active_load() if load else [])
     settings = rt.settings
     pipelines = rt.pipelines
 
@@ -48,9 +54,9 @@ async def _facts(rt: Runtime, tasks: Sequence[Task], scope: Scope | None) -> Fac
         now=rt.clock.now(),
         paused=paused,
         agent_caps={name: a.max_concurrent for name, a in settings.agents.items()},
-        agent_load=dict(load.by_agent),
+        agent_load=dict(admitted.by_agent),
         max_active=settings.admission.max_active,
-        active=load.total,
+        active=admitted.total,
         claims_admit=settings.claims_admit,
         dependencies=await _dependencies(rt, tasks),
         route=route,
@@ -73,10 +79,14 @@ async def _dependencies(rt: Runtime, tasks: Iterable[Task]) -> dict[UUID, Task]:
 
 
 async def why(rt: Runtime, task: Task) -> list[Reason]:
-    """Why ``task`` waits (empty when it is in no waiting state)."""
+    """Why ``task`` waits (empty when it is in no waiting state), with only the reads its
+    reasons draw on: none for an executing task, say, and no count of the admitted work for a
+    queued one (``GET /v1/tasks/{id}`` answers with them)."""
     if task.state not in WAITING_STATES:
         return []
-    return why_waiting(task, await _facts(rt, [task], None))
+    if not reads_facts(task):
+        return why_waiting(task, Facts(now=rt.clock.now()))
+    return why_waiting(task, await _facts(rt, [task], None, load=reads_load(task)))
 
 
 async def left_for(rt: Runtime, scope: Scope, page: int = SURVEY_PAGE) -> Survey | None:

@@ -1,0 +1,98 @@
+"""Why a task waits (``show``, ``GET /v1/tasks/{id}``), read with only what its reasons draw
+on: no count of the admitted work for a queued task, no read at all for an executing one, and
+for every state the same reasons as from all the facts."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from scheduler_helpers import agent
+
+from agentqueue import AsyncQueue, TaskState
+from agentqueue.domain.models import Task
+from agentqueue.domain.waiting import why_waiting
+from agentqueue.service import waiting
+from agentqueue.service.runtime import Runtime
+
+OpenQueue = Callable[..., Any]
+
+
+def counted(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> list[int]:
+    """Count the calls of ``owner.name`` (which still runs)."""
+    calls: list[int] = []
+    real = getattr(owner, name)
+
+    async def wrapper(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, wrapper)
+    return calls
+
+
+async def every_fact(rt: Runtime, task: Task) -> list[str]:
+    """The reasons from every fact read (the admitted work included)."""
+    facts = await waiting._facts(rt, [task], None)
+    return [r.text for r in why_waiting(task, facts)]
+
+
+async def texts(rt: Runtime, task: Task) -> list[str]:
+    return [r.text for r in await waiting.why(rt, task)]
+
+
+async def fresh(queue: AsyncQueue, task: Task) -> Task:
+    found = await queue.get(task.id)
+    assert found is not None
+    return found
+
+
+async def test_each_state_gets_the_reasons_of_every_fact(open_queue: OpenQueue) -> None:
+    """Queued, pending at its agent's cap, blocked behind that pending task, executing: each
+    task's reasons as every fact gives them, the cap's among them."""
+    queue = await open_queue(agents={"fixer": agent(["bugfix"], 1)})
+    rt = await queue.runtime()
+    first = (await queue.submit(title="first", task_type="bugfix")).task
+    second = (await queue.submit(title="second", task_type="bugfix")).task
+    after = (await queue.submit(title="after", task_type="bugfix", depends_on=[second.id])).task
+    assert [t.id for t in await queue.admit()] == [first.id]
+    first, second, after = [await fresh(queue, t) for t in (first, second, after)]
+    assert (first.state, second.state, after.state) == (
+        TaskState.QUEUED,
+        TaskState.PENDING,
+        TaskState.BLOCKED,
+    )
+    for task in (first, second, after):
+        assert await texts(rt, task) == await every_fact(rt, task), task.title
+    assert any("fixer (1/1) at the cap" in t for t in await texts(rt, second))
+    assert any("waits for 1 of 1 dependencies" in t for t in await texts(rt, after))
+    [claimed] = await queue.claim(1, "w")
+    executing = await fresh(queue, claimed)
+    assert executing.state is TaskState.EXECUTING
+    assert await texts(rt, executing) == await every_fact(rt, executing)
+    assert any("executing in w" in t for t in await texts(rt, executing))
+
+
+async def test_only_a_task_whose_reasons_need_the_admitted_work_counts_it(
+    open_queue: OpenQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The count of admitted work reads every queued and executing task's row: a queued task's
+    reasons skip it, an executing task's read nothing, a pending task's count it."""
+    queue = await open_queue(agents={"fixer": agent(["bugfix"], 1)})
+    rt = await queue.runtime()
+    first = (await queue.submit(title="first", task_type="bugfix")).task
+    second = (await queue.submit(title="second", task_type="bugfix")).task
+    await queue.admit()
+    loads = counted(monkeypatch, rt.store, "active_load")
+    pauses = counted(monkeypatch, rt, "paused_types")
+    await waiting.why(rt, await fresh(queue, first))
+    assert (len(loads), len(pauses)) == (0, 1)
+    await waiting.why(rt, await fresh(queue, second))
+    assert (len(loads), len(pauses)) == (1, 2)
+    [claimed] = await queue.claim(1, "w")
+    executing = await fresh(queue, claimed)
+    loads.clear()
+    pauses.clear()  # the claim reads the paused types too
+    assert await texts(rt, executing)
+    assert (len(loads), len(pauses)) == (0, 0)
