@@ -7,8 +7,10 @@ in turn step by step (A B B A ...): ``one page`` reads and folds each step's num
 every step did before pages), ``paged`` in pages of ``--page`` numbers (default: the store's,
 5,000). Beside each step a
 probe coroutine sleeps 1 ms at a time and notes how late it woke: the longest and the 99th
-percentile of those delays are how long the loop was held. Printed per way: the medians over its
-steps of the longest delay, the 99th percentile and the step's time::
+percentile of those delays are how long the loop was held. A second one submits a task, waits
+2 ms, and again, noting how long each submit took: the longest is how long a writer waited for
+the step (on SQLite, for its write lock while it held it). Printed per way: the medians over its
+steps of the longest delay, the 99th percentile, the longest submit and the step's time::
 
     .venv/bin/python benchmarks/anchor_stall.py [--n 400000] [--step 100000] [--page 5000]
         [--backend both]
@@ -34,10 +36,19 @@ from agentqueue.store.base import ANCHOR_PAGE
 PROBE_SECS = 0.001
 
 
-async def _probed(step: Any) -> tuple[Any, float, list[float]]:
-    """Run ``step()`` beside the probe; its result, its time and the probe's delays (s)."""
+async def _probed(queue: AsyncQueue, step: Any) -> tuple[Any, float, list[float], float]:
+    """Run ``step()`` beside the probes; its result, its time, the loop probe's delays and the
+    longest submit (s)."""
     delays: list[float] = []
+    submits: list[float] = []
     done = asyncio.Event()
+
+    async def writer() -> None:
+        while not done.is_set():
+            began = time.perf_counter()
+            await queue.submit(title="meanwhile", task_type="bench-writer")
+            submits.append(time.perf_counter() - began)
+            await asyncio.sleep(0.002)
 
     async def probe() -> None:
         while not done.is_set():
@@ -46,6 +57,7 @@ async def _probed(step: Any) -> tuple[Any, float, list[float]]:
             delays.append(time.perf_counter() - began - PROBE_SECS)
 
     prober = asyncio.create_task(probe())
+    writing = asyncio.create_task(writer())
     await asyncio.sleep(0.01)
     began = time.perf_counter()
     try:
@@ -54,7 +66,8 @@ async def _probed(step: Any) -> tuple[Any, float, list[float]]:
         took = time.perf_counter() - began
         done.set()
         await prober
-    return result, took, delays
+        await writing
+    return result, took, delays, max(submits)
 
 
 def _p99(values: list[float]) -> float:
@@ -64,7 +77,7 @@ def _p99(values: list[float]) -> float:
 
 async def run_backend(
     url: str, n: int, step: int, page: int
-) -> dict[str, list[tuple[float, float, float]]]:
+) -> dict[str, list[tuple[float, float, float, float]]]:
     """Each way's steps on a fresh database at ``url``: (longest delay, p99 delay, step) in ms."""
     if url.startswith("postgresql"):
         await drop_database(url)
@@ -74,36 +87,37 @@ async def run_backend(
     await queue.open()
     ways = {"one page": step, "paged": page}
     order = ["one page", "paged", "paged", "one page"]
-    found: dict[str, list[tuple[float, float, float]]] = {way: [] for way in ways}
+    found: dict[str, list[tuple[float, float, float, float]]] = {way: [] for way in ways}
     try:
         await preload(queue, n, "bench")
         for k in range(n // step):
             way = order[k % len(order)]
-            anchor, took, delays = await _probed(
-                lambda way=way: queue.store.anchor_audit(queue.clock.now(), step, ways[way])
+            anchor, took, delays, submit = await _probed(
+                queue, lambda way=way: queue.store.anchor_audit(queue.clock.now(), step, ways[way])
             )
             if anchor is None or anchor.count - (anchor.after or 0) != step:
                 raise SystemExit(f"step {k + 1} did not cover {step:,} numbers: {anchor}")
-            found[way].append((max(delays) * 1e3, _p99(delays) * 1e3, took * 1e3))
+            found[way].append((max(delays) * 1e3, _p99(delays) * 1e3, submit * 1e3, took * 1e3))
     finally:
         await queue.close()
     return found
 
 
 def _table(
-    results: dict[str, dict[str, list[tuple[float, float, float]]]], step: int, page: int
+    results: dict[str, dict[str, list[tuple[float, float, float, float]]]], step: int, page: int
 ) -> str:
     lines = [
-        f"| backend | way (page) | steps of {step:,} | longest delay ms | p99 delay ms | step ms |",
-        "|---|---|---|---|---|---|",
+        f"| backend | way (page) | steps of {step:,} | longest delay ms | p99 delay ms "
+        "| longest submit ms | step ms |",
+        "|---|---|---|---|---|---|---|",
     ]
     for backend, ways in results.items():
         for way, rows in ways.items():
             size = step if way == "one page" else page
-            med = [statistics.median(r[i] for r in rows) for i in range(3)]
+            med = [statistics.median(r[i] for r in rows) for i in range(4)]
             lines.append(
                 f"| {backend} | {way} ({size:,}) | {len(rows)} | {med[0]:.1f} | {med[1]:.1f} "
-                f"| {med[2]:.0f} |"
+                f"| {med[2]:.1f} | {med[3]:.0f} |"
             )
     return "\n".join(lines)
 
@@ -129,7 +143,10 @@ def main() -> None:
             results["sqlite"] = asyncio.run(run_backend(url, args.n, args.step, args.page))
     if args.backend in ("postgresql", "both"):
         asyncio.run(drop_database(args.pg))
-    print(f"{args.n:,} events, anchored {args.step:,} numbers a step; the probe sleeps 1 ms")
+    print(
+        f"{args.n:,} events, anchored {args.step:,} numbers a step; beside each step a 1 ms "
+        "sleep and a submit every 2 ms"
+    )
     print(_table(results, args.step, args.page))
 
 

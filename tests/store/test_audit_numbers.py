@@ -465,3 +465,56 @@ async def test_a_run_of_gaps_across_pages_is_signed_as_one_range(
     report = await queue.verify()
     assert report.ok, report
     assert report.events == 13
+
+
+async def test_two_processes_anchoring_at_once_record_one_anchor(
+    db_url: str, clock: ManualClock, queue: AsyncQueue, settings: Settings
+) -> None:
+    """Two queues (as two processes) fold the same numbers at once, a page at a time: the one
+    that records first wins, the other records nothing (its anchor would follow one that is no
+    longer the last), and the trail verifies."""
+    await activity(queue, clock)
+    other = AsyncQueue(db_url, clock=clock, settings=settings)
+    await other.open()
+    try:
+        made = await asyncio.gather(
+            queue.store.anchor_audit(clock.now(), 100, page=1),
+            other.store.anchor_audit(clock.now(), 100, page=1),
+        )
+    finally:
+        await other.close()
+    assert sorted(a is None for a in made) == [False, True]
+    async with queue.store.audit_snapshot() as snap:
+        anchors = [a async for a in snap.anchors]
+    assert [(a.after, a.count) for a in anchors] == [(0, 12)]
+    report = await queue.verify()
+    assert report.ok, report
+
+
+async def test_writes_go_on_while_a_step_folds(
+    queue: AsyncQueue, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The events are folded outside any transaction: a submit made in the middle of the fold
+    commits at once (on SQLite, a fold under the write lock would have it wait for the step,
+    which waits for it: it would time out), and the step anchors what it set out to."""
+    await activity(queue, clock)
+    store = queue.store
+    fold_page = store._fold_page
+    submitted: list[Any] = []
+
+    async def page_with_a_write(*args: Any) -> None:
+        if not submitted:
+            submitted.append(
+                await asyncio.wait_for(queue.submit(title="meanwhile", task_type="bugfix"), 10)
+            )
+        await fold_page(*args)
+
+    monkeypatch.setattr(store, "_fold_page", page_with_a_write)
+    anchor = await store.anchor_audit(clock.now(), 100, page=5)
+    assert submitted and anchor is not None
+    assert (anchor.after, anchor.count) == (0, 12)
+    monkeypatch.undo()
+    [after] = await queue.anchor_audit()
+    assert (after.after, after.count) == (12, 13)
+    report = await queue.verify()
+    assert report.ok, report

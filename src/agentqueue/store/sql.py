@@ -449,18 +449,20 @@ class SQLStore(QueryOps):
     async def anchor_audit(
         self, at: datetime, limit: int, page: int = ANCHOR_PAGE
     ) -> Anchor | None:
-        """Under the anchoring lock: read the last anchor and the events after it, up to the
-        highest number no open transaction can still hold (at most ``limit`` numbers), and
-        record the anchor after them. The events are read and folded ``page`` numbers at a
-        time, the event loop let go between pages (a step of 100,000 numbers read at once
-        held it for about 80 ms: ``benchmarks/anchor_stall.py``)."""
+        """Read the last anchor and the events after it, up to the highest number no open
+        transaction can still hold (at most ``limit`` numbers), and record the anchor after
+        them. The events are read and folded ``page`` numbers at a time, the event loop let go
+        between pages (a step of 100,000 numbers read at once held it for about 80 ms:
+        ``benchmarks/anchor_stall.py``), outside any transaction: events are append-only, so
+        numbers no open transaction can hold no longer change, and on SQLite writers need not
+        wait for the fold. Only the recording takes the anchoring lock, and records the anchor
+        only if the last one is still the one it follows (None when another process anchored
+        meanwhile, as when there was nothing to cover)."""
         if page < 1:
             raise ValueError(f"page must be at least 1, not {page}")
         settled = await self._d.settled_number()
-        async with self._d.transaction() as s:
-            await s.fetch("lock_anchoring", {})
-            last_rows = await s.fetch("last_anchor", {})
-            last = anchor_from_row(last_rows[0], self.codec) if last_rows else None
+        async with self._d.read() as s:
+            last = await self._last_anchor(s)
             after = 0 if last is None else last.count
             upto = min(settled, after + limit)
             if upto <= after:
@@ -468,9 +470,18 @@ class SQLStore(QueryOps):
             fold = AnchorFold(last)
             while fold.upto < upto:
                 await self._fold_page(s, fold, min(upto, fold.upto + page))
-            anchor = fold.anchor(at)
+        anchor = fold.anchor(at)
+        async with self._d.transaction() as s:
+            await s.fetch("lock_anchoring", {})
+            since = await self._last_anchor(s)
+            if (None if since is None else since.id) != (None if last is None else last.id):
+                return None
             added = await s.fetch("add_anchor", self._p(**anchor_params(anchor)))
             return replace(anchor, id=int(added[0]["id"]))
+
+    async def _last_anchor(self, s: Session) -> Anchor | None:
+        rows = await s.fetch("last_anchor", {})
+        return anchor_from_row(rows[0], self.codec) if rows else None
 
     async def _fold_page(self, s: Session, fold: AnchorFold, upto: int) -> None:
         """Fold the events numbered after ``fold.upto`` up to ``upto``."""
