@@ -984,8 +984,9 @@ class AuditReader(Protocol):
     ) -> Anchor | None:
         """Record the anchor after the last one (domain.audit.AnchorFold), covering at most
         ``limit`` numbers of the global sequence, up to the highest number no open transaction
-        can still hold, read and folded ``page`` numbers at a time; one process at a time. None
-        when there was nothing to cover."""
+        can still hold, read and folded ``page`` numbers at a time outside any transaction; the
+        recording under the anchoring lock, one process at a time. None when there was nothing
+        to cover, or another process recorded an anchor meanwhile."""
         ...
 
 
