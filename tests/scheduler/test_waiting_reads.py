@@ -1,6 +1,7 @@
 """Why a task waits (``show``, ``GET /v1/tasks/{id}``), read with only what its reasons draw
 on: no count of the admitted work for a queued task, no read at all for an executing one, and
-for every state the same reasons as from all the facts."""
+for each state tried (queued, pending, blocked, executing) the same reasons as from all the
+facts."""
 
 from __future__ import annotations
 
