@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentqueue.domain.audit import GENESIS, AnchorFold, extend_anchor, roll, roll_all
+from agentqueue.domain.audit import GENESIS, AnchorFold, roll, roll_all
+from anchor_fold import at_once
 
 AT = datetime(2026, 12, 7, 8, 0, tzinfo=UTC)
 
@@ -43,19 +44,19 @@ def test_roll_all_is_roll_event_by_event_over_any_text(digest: str, hashes: list
 
 def test_an_anchor_without_numbers_is_the_anchor_over_every_number() -> None:
     hashes = [sha(i) for i in range(10)]
-    numbered = extend_anchor(None, hashes, AT, 10, numbers=list(range(1, 11)))
-    plain = extend_anchor(None, hashes, AT, 10)
+    numbered = at_once(None, hashes, AT, 10, numbers=list(range(1, 11)))
+    plain = at_once(None, hashes, AT, 10)
     assert plain == numbered
     assert plain.digest == by_roll(GENESIS, hashes)
     assert plain.recorded["gaps"] == []
-    after = extend_anchor(plain, hashes[:3], AT, 13)
-    assert after == extend_anchor(plain, hashes[:3], AT, 13, numbers=[11, 12, 13])
+    after = at_once(plain, hashes[:3], AT, 13)
+    assert after == at_once(plain, hashes[:3], AT, 13, numbers=[11, 12, 13])
     assert after.digest == by_roll(plain.digest, hashes[:3])
 
 
 def test_numbers_with_gaps_are_signed_as_gaps() -> None:
     hashes = [sha(i) for i in range(3)]
-    anchor = extend_anchor(None, hashes, AT, 6, numbers=[1, 3, 4])
+    anchor = at_once(None, hashes, AT, 6, numbers=[1, 3, 4])
     assert anchor.recorded["gaps"] == [[2, 2], [5, 6]]
     assert anchor.digest == by_roll(GENESIS, hashes)
 
@@ -73,7 +74,7 @@ def test_events_that_do_not_fit_the_numbers_are_refused(
     hashes: list[str], upto: int, numbers: list[int] | None
 ) -> None:
     with pytest.raises(ValueError):
-        extend_anchor(None, hashes, AT, upto, numbers=numbers)
+        at_once(None, hashes, AT, upto, numbers=numbers)
 
 
 @st.composite
@@ -93,10 +94,10 @@ def test_an_anchor_folded_in_pages_is_the_anchor_folded_at_once(
     """Digest, gaps (a run of gaps across page ends is one range) and signature are the same,
     and so when a page without gaps is given its hashes alone (PostgreSQL's joined row)."""
     upto, events, ends = drawn
-    last = extend_anchor(None, [sha(-1), sha(-2)], AT)
+    last = at_once(None, [sha(-1), sha(-2)], AT)
     hashes = {n: sha(n) for n in events}
     shifted = [n + last.count for n in events]
-    whole = extend_anchor(last, [hashes[n] for n in events], AT, upto + last.count, shifted)
+    whole = at_once(last, [hashes[n] for n in events], AT, upto + last.count, shifted)
     fold = AnchorFold(last)
     begin = 0
     for end in ends:

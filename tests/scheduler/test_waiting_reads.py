@@ -1,7 +1,7 @@
 """Why a task waits (``show``, ``GET /v1/tasks/{id}``), read with only what its reasons draw
 on: no count of the admitted work for a queued task, no read at all for an executing one, and
-for each state tried (queued, pending, blocked, executing) the same reasons as from all the
-facts."""
+for each state tried (queued, pending, blocked, executing, retrying) the same reasons as from
+all the facts."""
 
 from __future__ import annotations
 
@@ -50,8 +50,8 @@ async def fresh(queue: AsyncQueue, task: Task) -> Task:
 
 
 async def test_each_state_gets_the_reasons_of_every_fact(open_queue: OpenQueue) -> None:
-    """Queued, pending at its agent's cap, blocked behind that pending task, executing: each
-    task's reasons as every fact gives them, the cap's among them."""
+    """Queued, pending at its agent's cap, blocked behind that pending task, executing, then
+    retrying: each task's reasons as every fact gives them, the cap's among them."""
     queue = await open_queue(agents={"fixer": agent(["bugfix"], 1)})
     rt = await queue.runtime()
     first = (await queue.submit(title="first", task_type="bugfix")).task
@@ -73,6 +73,13 @@ async def test_each_state_gets_the_reasons_of_every_fact(open_queue: OpenQueue) 
     assert executing.state is TaskState.EXECUTING
     assert await texts(rt, executing) == await every_fact(rt, executing)
     assert any("executing in w" in t for t in await texts(rt, executing))
+    await queue.fail(executing.id, executing.lock_token, "flaky", retryable=True)
+    assert [t.id for t in await queue.admit()] == [second.id]  # the slot it left
+    retrying = await fresh(queue, executing)
+    assert retrying.state is TaskState.RETRYING
+    assert await texts(rt, retrying) == await every_fact(rt, retrying)
+    assert any("after backoff" in t for t in await texts(rt, retrying))
+    assert any("fixer (1/1) at the cap" in t for t in await texts(rt, retrying))
 
 
 async def test_only_a_task_whose_reasons_need_the_admitted_work_counts_it(

@@ -26,7 +26,6 @@ from agentqueue.domain.audit import (
     canonical_json,
     canonical_time,
     chained_event,
-    extend_anchor,
     install_keys,
     make_anchor,
     roll,
@@ -37,6 +36,7 @@ from agentqueue.service.audit import VerifyReport
 from agentqueue.store import make_store
 from agentqueue.store.migrate import available
 from agentqueue.store.postgres import dialect as postgres_dialect
+from anchor_fold import at_once
 
 Raw = Any
 KEY_ENV = "AQ_TEST_AUDIT_KEY"
@@ -148,6 +148,11 @@ def stored_hashes(url: str) -> list[str]:
         return [r[0] for r in rows]
 
 
+def rolled_as_stored(url: str) -> str:
+    """The running hash over every numbered event's hash, in number order, read directly."""
+    return functools.reduce(roll, stored_hashes(url), GENESIS)
+
+
 @pytest.mark.postgres
 async def test_an_anchor_over_every_number_folds_the_hashes_in_number_order(
     plain_pg_queue: AsyncQueue, pg_url: str, clock: ManualClock
@@ -160,7 +165,7 @@ async def test_an_anchor_over_every_number_folds_the_hashes_in_number_order(
     [anchor] = await queue.anchor_audit()
     hashes = stored_hashes(pg_url)
     assert (anchor.after, anchor.count, anchor.gaps) == (0, len(hashes), ())
-    assert anchor.digest == functools.reduce(roll, hashes, GENESIS)
+    assert anchor.digest == rolled_as_stored(pg_url)
     await queue.submit(title="after", task_type="bugfix")
     [second] = await queue.anchor_audit()
     assert (second.after, second.count) == (len(hashes), len(hashes) + 1)
@@ -185,7 +190,7 @@ async def test_a_hash_holding_a_comma_is_anchored_as_stored(
     hashes = stored_hashes(pg_url)
     assert "not,a,hash" in hashes
     assert (anchor.count, anchor.gaps) == (len(hashes), ())
-    assert anchor.digest == functools.reduce(roll, hashes, GENESIS)
+    assert anchor.digest == rolled_as_stored(pg_url)
     report = await queue.verify()
     assert not report.ok
 
@@ -431,7 +436,7 @@ async def test_an_anchor_read_in_pages_is_the_anchor_read_at_once(
         await queue.store.anchor_audit(clock.now(), 100, page=0)
     anchor = await queue.store.anchor_audit(clock.now(), 100, page=5)
     assert anchor is not None and (anchor.after, anchor.count) == (0, 12)
-    expected = extend_anchor(
+    expected = at_once(
         None, [h for _, h in events], clock.now(), 12, numbers=[n for n, _ in events]
     )
     assert replace(anchor, id=None) == expected
@@ -440,7 +445,7 @@ async def test_an_anchor_read_in_pages_is_the_anchor_read_at_once(
     newer = (await numbered_events(queue))[len(events) :]
     second = await queue.store.anchor_audit(clock.now(), 100, page=1)
     assert second is not None and (second.after, second.count) == (12, 15)
-    assert replace(second, id=None) == extend_anchor(
+    assert replace(second, id=None) == at_once(
         anchor, [h for _, h in newer], clock.now(), 15, numbers=[n for n, _ in newer]
     )
     report = await queue.verify()
@@ -461,7 +466,7 @@ async def test_a_run_of_gaps_across_pages_is_signed_as_one_range(
     anchor = await queue.store.anchor_audit(clock.now(), 100, page=3)
     assert anchor is not None
     assert (anchor.after, anchor.count, anchor.gaps) == (0, 17, ((13, 16),))
-    assert anchor.digest == functools.reduce(roll, stored_hashes(pg_url), GENESIS)
+    assert anchor.digest == rolled_as_stored(pg_url)
     report = await queue.verify()
     assert report.ok, report
     assert report.events == 13

@@ -549,22 +549,6 @@ def gaps_between(after: int, upto: int, numbers: Iterable[int]) -> Gaps:
     return tuple(gaps)
 
 
-def extend_anchor(
-    last: Anchor | None,
-    hashes: Sequence[str],
-    at: datetime,
-    upto: int | None = None,
-    numbers: Sequence[int] | None = None,
-) -> Anchor:
-    """The anchor after ``last`` that covers the numbers up to ``upto`` (default: as many as
-    ``hashes``), ``hashes`` being the hash of every event among them, in order, and ``numbers``
-    their numbers, ascending: the numbers between that are no event are its gaps (None: every
-    number up to ``upto`` is an event, one a hash). :class:`AnchorFold` in one page."""
-    fold = AnchorFold(last)
-    fold.add(hashes, upto, numbers)
-    return fold.anchor(at)
-
-
 class AnchorFold:
     """The anchor after ``last``, built a page of numbers at a time: each :meth:`add` folds the
     events of the next numbers into the digest and notes their gaps, so an anchoring step need
