@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from agentqueue import AsyncQueue
+from agentqueue.bench.common import percentile
 from agentqueue.bench.db import preload, reset_postgres
 from agentqueue.store.admin import drop_database, ensure_database
 from agentqueue.store.base import ANCHOR_PAGE
@@ -70,15 +71,11 @@ async def _probed(queue: AsyncQueue, step: Any) -> tuple[Any, float, list[float]
     return result, took, delays, max(submits)
 
 
-def _p99(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
-
-
 async def run_backend(
     url: str, n: int, step: int, page: int
 ) -> dict[str, list[tuple[float, float, float, float]]]:
-    """Each way's steps on a fresh database at ``url``: (longest delay, p99 delay, step) in ms."""
+    """Each way's steps on a fresh database at ``url``: (longest delay, p99 delay, longest
+    submit, step) in ms."""
     if url.startswith("postgresql"):
         await drop_database(url)
         await ensure_database(url)
@@ -97,7 +94,9 @@ async def run_backend(
             )
             if anchor is None or anchor.count - (anchor.after or 0) != step:
                 raise SystemExit(f"step {k + 1} did not cover {step:,} numbers: {anchor}")
-            found[way].append((max(delays) * 1e3, _p99(delays) * 1e3, submit * 1e3, took * 1e3))
+            found[way].append(
+                (max(delays) * 1e3, percentile(delays, 99) * 1e3, submit * 1e3, took * 1e3)
+            )
     finally:
         await queue.close()
     return found
