@@ -30,12 +30,17 @@ SERVING_THRESHOLD = (20_000, 20, 20)
 default: 700, 10, 10)."""
 
 
-def freeze_startup_heap() -> int:
-    """Collect what is garbage now, freeze the rest, and collect less often from now on (the
-    collector on, if the command started with it off: ``launch``); how many objects were
-    frozen."""
-    gc.collect()
+def freeze_startup_heap() -> None:
+    """Freeze what is alive now, and collect less often from now on (the collector on, if the
+    command started with it off: ``launch``).
+
+    Nothing is collected first. The command started with the collector off, so a collection
+    now would walk every object the start built, for little: the garbage the imports left (in a
+    worker about 500 objects, such as the pure-Python ``datetime`` classes its C module
+    replaces, and no file or socket) is frozen with the rest, never to be collected. That
+    collection held a worker's loop 28 to 41 ms just after its first claim
+    (``benchmarks/freeze_hold.py``). Nor is what was frozen counted here: ``gc.get_freeze_count``
+    walks it all (about 6 ms in a worker)."""
     gc.freeze()
     gc.set_threshold(*SERVING_THRESHOLD)
     gc.enable()
-    return gc.get_freeze_count()

@@ -183,7 +183,11 @@ def _run_worker(
         # Built by now: the store, the executors, the scheduler. What the worker allocates
         # from here on (claimed rows, attempts) comes and goes.
         await worker.started.wait()
-        WORKER_LOG.debug("startup heap frozen: %d objects", freeze_startup_heap())
+        freeze_startup_heap()
+        if WORKER_LOG.isEnabledFor(logging.DEBUG):  # the count walks all that was frozen
+            import gc
+
+            WORKER_LOG.debug("startup heap frozen: %d objects", gc.get_freeze_count())
 
     async def _stop_when_idle(queue: AsyncQueue, worker: Any) -> None:
         await worker.started.wait()
