@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from agentqueue.bench.startup import time_run
 
 SCRIPT = (
     "import sys; from agentqueue.launch import main; sys.argv[0] = 'agentqueue'; sys.exit(main())"
@@ -45,12 +45,7 @@ def _env(src: str) -> dict[str, str]:
 
 def _time(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
     """Wall and CPU milliseconds of one run of ``argv`` (a fresh process)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
-    wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    wall, cpu = time_run(argv, env)
     return wall * 1000, cpu * 1000
 
 

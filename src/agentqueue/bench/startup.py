@@ -52,7 +52,7 @@ def _quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def _time(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
+def time_run(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
     """Wall and CPU seconds of one run of ``argv`` (a fresh process)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
@@ -84,10 +84,10 @@ def measure(runs: int = 20, exe: list[str] | None = None) -> list[Figures]:
         )  # fmt: skip
         out = []
         for name, argv in (("--help", ["--help"]), ("list", ["--db", url, "list"])):
-            _time([*exe, *argv], env)  # once to warm the file cache
+            time_run([*exe, *argv], env)  # once to warm the file cache
             walls, cpus = [], []
             for _ in range(runs):
-                wall, cpu = _time([*exe, *argv], env)
+                wall, cpu = time_run([*exe, *argv], env)
                 walls.append(wall * 1000)
                 cpus.append(cpu * 1000)
             out.append(
