@@ -1,8 +1,8 @@
-"""``benchmarks/dispatch_steps.py``, ``benchmarks/candidate_plans.py`` and
-``benchmarks/anchor_stall.py`` on tiny sizes: each runs against the real PostgreSQL (and SQLite)
-and prints what it promises (every step of each way's dispatch with a figure; each variant's plan
-under each plan cache mode, with its times; each way's anchoring steps with the loop's delays).
-No speed is asserted."""
+"""``benchmarks/dispatch_steps.py``, ``benchmarks/candidate_plans.py``,
+``benchmarks/anchor_stall.py`` and ``benchmarks/idle_round_trip.py`` on tiny sizes: each runs
+against the real PostgreSQL (and SQLite) and prints what it promises (every step of each way's
+dispatch with a figure; each variant's plan under each plan cache mode, with its times; each
+way's anchoring steps with the loop's delays; each way's round trips). No speed is asserted."""
 
 from __future__ import annotations
 
@@ -92,3 +92,22 @@ def test_anchor_stall_gives_each_way_of_each_backend_its_steps(
     ]
     for row in rows:
         assert row[2] == "2" and all(re.match(r"^\d+(\.\d)?$", c) for c in row[3:]), row
+
+
+def test_idle_round_trip_gives_each_way_its_figures(bench_db: str, tmp_path: Path) -> None:
+    """Every way of sending the claim (and the bare statement's two) gets a median and a 90th
+    percentile, each round and in the table, on tasks really claimed (the program stops if a
+    claim comes back empty)."""
+    out = _run(str(ROOT / "benchmarks" / "idle_round_trip.py"), "--n", "5", "--rounds", "1",
+               "--every", "0.01", "--later", "0.002", "--pg", bench_db, cwd=tmp_path)  # fmt: skip
+    ways = [
+        "claim, back to back",
+        "claim on notice",
+        "claim on notice, 2 ms later",
+        "SELECT 1 right after another",
+        "SELECT 1 after 10 ms idle",
+    ]
+    rows = re.findall(r"^\| (.+?) \| (\d+\.\d{3}) \| (\d+\.\d{3}) \|$", out, re.M)
+    assert [way for way, _, _ in rows] == ways, out
+    assert all(float(p50) > 0 and float(p90) >= float(p50) for _, p50, p90 in rows), out
+    assert len(re.findall(r"^round 1: ", out, re.M)) == 1, out
