@@ -19,28 +19,20 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-from pathlib import Path
 
-from agentqueue.bench.startup import time_run
+from agentqueue.bench.startup import command_env, small_database, time_run
 
 SCRIPT = (
     "import sys; from agentqueue.launch import main; sys.argv[0] = 'agentqueue'; sys.exit(main())"
 )
 """What the installed ``agentqueue`` script runs."""
-TASKS = 100
 
 
 def _env(src: str) -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith("AGENTQUEUE_") and k != "PYTHONDONTWRITEBYTECODE"
-    }
-    env["PYTHONPATH"] = os.path.abspath(src)
-    return env
+    """``agentqueue bench startup``'s environment, with the tree ``src`` first on the path."""
+    return {**command_env(), "PYTHONPATH": os.path.abspath(src)}
 
 
 def _time(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
@@ -60,14 +52,8 @@ def main() -> None:
     variants = [tuple(v.split("=", 1)) for v in args.variant]
     exe = [sys.executable, "-c", SCRIPT]
     with tempfile.TemporaryDirectory(prefix="aq-startup-ab-") as tmp:
-        url = f"sqlite:///{Path(tmp) / 'small.db'}"
-        tasks = Path(tmp) / "tasks.jsonl"
-        tasks.write_text("".join(f'{{"title": "task {i}", "task_type": "docs"}}\n'
-                                 for i in range(TASKS)))  # fmt: skip
         # The database is made by the first tree; every tree reads it.
-        subprocess.run([*exe, "--db", url, "submit", "--file", str(tasks)],
-                       env=_env(variants[0][1]), stdout=subprocess.DEVNULL, check=True)  # fmt: skip
-        commands = {"--help": ["--help"], "list": ["--db", url, "list"]}
+        commands = small_database(tmp, exe, _env(variants[0][1]))
         walls: dict[tuple[str, str], list[float]] = {}
         cpus: dict[tuple[str, str], list[float]] = {}
         for _, src in variants:  # once each, to warm the file cache and write bytecode

@@ -63,27 +63,38 @@ def time_run(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
     return wall, cpu
 
 
-def measure(runs: int = 20, exe: list[str] | None = None) -> list[Figures]:
-    """Time ``--help`` and ``list`` ``runs`` times each, run as ``exe`` (default: the
-    ``agentqueue`` command beside this Python)."""
-    exe = exe or _executable()
-    # Bytecode is written (as an installed package has it): PYTHONDONTWRITEBYTECODE would make
-    # every run compile the sources again, which no user pays.
-    env = {
+def command_env() -> dict[str, str]:
+    """The environment the commands are timed in: this one without any ``AGENTQUEUE_`` setting,
+    and with bytecode written (as an installed package has it: PYTHONDONTWRITEBYTECODE would make
+    every run compile the sources again, which no user pays)."""
+    return {
         k: v
         for k, v in os.environ.items()
         if not k.startswith("AGENTQUEUE_") and k != "PYTHONDONTWRITEBYTECODE"
     }
+
+
+def small_database(directory: str, exe: list[str], env: dict[str, str]) -> dict[str, list[str]]:
+    """A SQLite database of :data:`TASKS` tasks in ``directory``, submitted by ``exe``; the
+    arguments of the two commands timed on it, by name."""
+    url = f"sqlite:///{Path(directory) / 'small.db'}"
+    lines = "".join(f'{{"title": "task {i}", "task_type": "docs"}}\n' for i in range(TASKS))
+    (Path(directory) / "tasks.jsonl").write_text(lines)
+    subprocess.run(
+        [*exe, "--db", url, "submit", "--file", str(Path(directory) / "tasks.jsonl")],
+        env=env, stdout=subprocess.DEVNULL, check=True,
+    )  # fmt: skip
+    return {"--help": ["--help"], "list": ["--db", url, "list"]}
+
+
+def measure(runs: int = 20, exe: list[str] | None = None) -> list[Figures]:
+    """Time ``--help`` and ``list`` ``runs`` times each, run as ``exe`` (default: the
+    ``agentqueue`` command beside this Python)."""
+    exe = exe or _executable()
+    env = command_env()
     with tempfile.TemporaryDirectory(prefix="aq-startup-") as tmp:
-        url = f"sqlite:///{Path(tmp) / 'small.db'}"
-        lines = "".join(f'{{"title": "task {i}", "task_type": "docs"}}\n' for i in range(TASKS))
-        (Path(tmp) / "tasks.jsonl").write_text(lines)
-        subprocess.run(
-            [*exe, "--db", url, "submit", "--file", str(Path(tmp) / "tasks.jsonl")],
-            env=env, stdout=subprocess.DEVNULL, check=True,
-        )  # fmt: skip
         out = []
-        for name, argv in (("--help", ["--help"]), ("list", ["--db", url, "list"])):
+        for name, argv in small_database(tmp, exe, env).items():
             time_run([*exe, *argv], env)  # once to warm the file cache
             walls, cpus = [], []
             for _ in range(runs):

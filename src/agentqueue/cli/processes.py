@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import os
 import sys
@@ -185,8 +186,6 @@ def _run_worker(
         await worker.started.wait()
         freeze_startup_heap()
         if WORKER_LOG.isEnabledFor(logging.DEBUG):  # the count walks all that was frozen
-            import gc
-
             WORKER_LOG.debug("startup heap frozen: %d objects", gc.get_freeze_count())
 
     async def _stop_when_idle(queue: AsyncQueue, worker: Any) -> None:
