@@ -48,13 +48,18 @@ PREPARED = frozenset(
         "lock_dependents_ready", "lock_expired_dead_letters", "find_by_idempotency",
         "find_live_by_source", "get_tasks", "list_tasks", "work_hints", "queued_p0",
         "active_load", "admission_candidates", "preemptible", "admission_room", "pending_tenants",
-        "admission_lock",
+        "admission_lock", "fixed_plan", "fixed_plan_back",
         "list_schedules", "delete_schedule", "due_schedules", "advance_schedule",
         # every API request authenticates (cached for a few seconds per process)
         "token_by_prefix",
     }
 )  # fmt: skip
 """Queries prepared on first use (the others once psycopg's threshold is reached)."""
+
+FIXED_PLAN = frozenset({"admission_candidates"})
+"""Queries planned once per connection, in a shape fixed beforehand (the fixed_plan query):
+their plan for the values costs more than running them, and left to itself PostgreSQL plans
+them afresh every time. Each is prepared on first use (PREPARED) and read held back."""
 
 Connection = psycopg.AsyncConnection[DictRow]
 
@@ -263,9 +268,15 @@ class PostgresSession:
             raise from_postgres(exc) from exc
 
     def _hold(self, query: str, params: Mapping[str, Any] | None, table: bool) -> Later[Any]:
-        """Hold ``query`` back until the next statement, at the latest the COMMIT."""
+        """Hold ``query`` back until the next statement, at the latest the COMMIT (one of
+        FIXED_PLAN between the statements that fix its plan and put the settings back)."""
         answer = _Answer(table)
+        fixed = query in FIXED_PLAN
+        if fixed:
+            self._ahead.append(("fixed_plan", None, None))
         self._ahead.append((query, params, answer))
+        if fixed:
+            self._ahead.append(("fixed_plan_back", None, None))
         return Later(self._send, answer.read)
 
     async def fetch_later(
