@@ -7,7 +7,9 @@ none is admitted at submit), ANALYZE, then the statement as shipped and two vari
 make a generic plan safe (the limit written in as a constant; that, and the tenants' array read
 in a subquery so both plans suppose as many tenants), each prepared and run under
 ``EXPLAIN ANALYZE`` with ``plan_cache_mode`` forced to custom plans, then to the generic plan,
-then left to PostgreSQL (after eight runs, its choice's planning and execution times)::
+then left to PostgreSQL (after eight runs, its choice's planning and execution times); and
+the statement as shipped as the store runs it, after the ``fixed_plan`` query (the generic plan
+with sorts and bitmap scans priced out and JIT off; its eighth run)::
 
     .venv/bin/python benchmarks/candidate_plans.py [--n 200000]
 
@@ -29,7 +31,7 @@ from agentqueue.bench.common import NOOP
 from agentqueue.bench.routed import ROUTED
 from agentqueue.config import Settings
 from agentqueue.store.admin import drop_database, ensure_database
-from agentqueue.store.sqlfile import named_queries, without_comment_lines
+from agentqueue.store.sqlfile import load_queries, named_queries, without_comment_lines
 
 TYPES = {
     "tenants": "text[]",
@@ -84,6 +86,33 @@ def explain(url: str, label: str, sql: str) -> None:
             print("\n".join(line for line in plan if any(w in line for w in SHOWN)))
 
 
+def explain_fixed(url: str, sql: str) -> None:
+    """``sql`` prepared, then explained as the store runs it: in a transaction, after the
+    ``fixed_plan`` query (its generic plan, sorts and bitmap scans priced out, JIT off), eight
+    times (the first makes the plan; the last is printed)."""
+    queries = load_queries("postgres")
+    names: list[str] = []
+
+    def numbered(match: re.Match[str]) -> str:
+        if match.group(1) not in names:
+            names.append(match.group(1))
+        return f"${names.index(match.group(1)) + 1}"
+
+    body = re.sub(r"%\((\w+)\)s", numbered, sql)
+    signature = ", ".join(TYPES[n] for n in names)
+    run = f"EXPLAIN (ANALYZE, SUMMARY) EXECUTE p({', '.join(VALUES[n] for n in names)})"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"PREPARE p({signature}) AS {body}")
+        for _ in range(8):
+            with conn.transaction():
+                conn.execute(queries["fixed_plan"])
+                plan = [str(r[0]) for r in conn.execute(run)]
+                conn.execute(queries["fixed_plan_back"])
+        conn.execute("DEALLOCATE p")
+    print("--- as shipped, as the store runs it (after fixed_plan)")
+    print("\n".join(line for line in plan if any(w in line for w in SHOWN)))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=200_000)
@@ -102,6 +131,7 @@ def main() -> None:
     explain(args.pg, "as shipped", shipped)
     explain(args.pg, "the limit a constant", constant)
     explain(args.pg, "the limit a constant, the tenants in a subquery", subquery)
+    explain_fixed(args.pg, shipped)
     asyncio.run(drop_database(args.pg))
 
 

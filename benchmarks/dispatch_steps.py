@@ -12,6 +12,22 @@ printed per way, the ways taken in turn ``--rounds`` times::
 
     .venv/bin/python benchmarks/dispatch_steps.py [--n 300] [--every 0.02] [--rounds 2]
 
+Below them, the routed way's admission passes: those that admitted a task and those that found
+nothing (the passes a completion's notice or a claim that came back short wakes), each with
+its count and the medians of its first round trip (from the pass's start to its load and
+tenants back), its writes (from the admissions sent to the pass's end, the COMMIT and the
+hand-over's attempts started) and the whole pass.
+
+``--variant LABEL=SRC`` (repeatable) runs the worker with the tree SRC (a directory holding the
+``agentqueue`` package, such as a ``git archive`` of a commit, unpacked) first on its
+PYTHONPATH, the variants in turn within each round (A, B, A, B, ...), so a change to the
+dispatch path is measured against the load of the same minutes. The submits, and the schema,
+are this checkout's::
+
+    git archive REV src | tar -x -C /tmp/base
+    .venv/bin/python benchmarks/dispatch_steps.py --rounds 4 \\
+        --variant A=/tmp/base/src --variant B=src
+
 Routed: the routed benchmark's six agents configured (every task waits in pending and the
 scheduler's planner admits it). The wrappers cost a few microseconds each: the figures are a map
 of a dispatch, not a latency benchmark (``agentqueue bench latency routed`` gives those).
@@ -91,7 +107,18 @@ def _child(args_json: str) -> int:
         route(self, notice)
 
     notices.NoticeRouter.route = heard  # type: ignore[method-assign]
-    wrap(admission, "_admit_once", "pass")
+    admit_once = admission._admit_once
+
+    async def one_pass(*a: Any, **k: Any) -> Any:
+        noted.append((time.time(), "pass>", ""))
+        admitted: list[Any] = []
+        try:
+            admitted = await admit_once(*a, **k)
+            return admitted
+        finally:
+            noted.append((time.time(), "pass<", str(len(admitted))))
+
+    admission._admit_once = one_pass
     wrap(claimer.Claimer, "_claim", "claim")
     for name in ("load_and_tenants", "admit_ids", "claim_next"):
         wrap(tx.SQLTx, name, name)
@@ -122,8 +149,48 @@ def _steps(
     return out
 
 
-async def one_way(way: str, n: int, every: float, pg: str, work_dir: Path) -> dict[str, float]:
-    """The median of each step, ``way`` on a fresh database."""
+PASS_FIGURES = [
+    ("n", "passes"),
+    ("first", "first round trip (start -> load and tenants back)"),
+    ("writes", "writes (admissions sent -> the pass's end)"),
+    ("whole", "the whole pass"),
+]
+"""The figures of the admission passes' table: key, what it is."""
+
+
+def _passes(noted: list[tuple[float, str, str]]) -> dict[str, dict[str, float]]:
+    """The routed way's admission passes, by what they admitted ("admitting": some task,
+    "empty": none): how many, and the medians of their round trips and length, in ms."""
+    spans: dict[str, dict[str, list[float]]] = {"admitting": {}, "empty": {}}
+    start: float | None = None
+    marks: dict[str, float] = {}
+    for at, name, info in noted:
+        if name == "pass>":
+            start, marks = at, {}
+        elif start is not None and name == "pass<":
+            kind = "admitting" if int(info) > 0 else "empty"
+            figures = spans[kind]
+            figures.setdefault("whole", []).append((at - start) * 1000)
+            if "load_and_tenants<" in marks:
+                back = marks["load_and_tenants<"]
+                figures.setdefault("first", []).append((back - start) * 1000)
+            if "admit_ids>" in marks:
+                figures.setdefault("writes", []).append((at - marks["admit_ids>"]) * 1000)
+            start = None
+        elif start is not None:
+            marks.setdefault(name, at)  # each step's first in the pass
+    out: dict[str, dict[str, float]] = {}
+    for kind, figures in spans.items():
+        out[kind] = {"n": float(len(figures.get("whole", [])))}
+        out[kind].update({k: statistics.median(v) for k, v in figures.items()})
+    return out
+
+
+async def one_way(
+    way: str, n: int, every: float, pg: str, work_dir: Path, src: str | None = None
+) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """The median of each step, ``way`` on a fresh database, and its admission passes; the
+    worker runs the tree ``src`` (None: this checkout's)."""
     await drop_database(pg)
     await ensure_database(pg)
     await reset_postgres(pg)
@@ -139,7 +206,7 @@ async def one_way(way: str, n: int, every: float, pg: str, work_dir: Path) -> di
         [sys.executable, str(HERE), "--child", json.dumps(args)],
         work_dir,
         f"steps-{way}",
-        env={**os.environ, OUT_ENV: str(out)},
+        env=_env(src, out),
     )
     try:
         await child.message("started", within=60)
@@ -156,19 +223,39 @@ async def one_way(way: str, n: int, every: float, pg: str, work_dir: Path) -> di
     finally:
         await child.kill()
         await queue.close()
-    steps = _steps(tasks, json.loads(out.read_text()), NOTICE[way])
-    return {name: statistics.median(values) for name, values in steps.items()}
+    noted = json.loads(out.read_text())
+    steps = _steps(tasks, noted, NOTICE[way])
+    return {name: statistics.median(values) for name, values in steps.items()}, _passes(noted)
 
 
-async def run(args: argparse.Namespace) -> list[tuple[str, int, dict[str, float]]]:
+def _env(src: str | None, out: Path) -> dict[str, str]:
+    """The worker's environment: where it writes its notes, and the variant's tree first."""
+    env = {**os.environ, OUT_ENV: str(out)}
+    if src is not None:
+        tree = str(Path(src).resolve())
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (tree, env.get("PYTHONPATH")) if p)
+    return env
+
+
+Run = tuple[str, str, int, dict[str, float], dict[str, dict[str, float]]]
+"""A variant's label, the way, the round, the steps' medians, the admission passes."""
+
+
+async def run(args: argparse.Namespace) -> list[Run]:
     work_dir = Path(args.work_dir)
-    runs = []
+    variants = [v.split("=", 1) for v in args.variant] or [["", None]]
+    runs: list[Run] = []
     for r in range(args.rounds):
-        for way in WAYS:
-            medians = await one_way(way, args.n, args.every, args.pg, work_dir)
-            runs.append((way, r + 1, medians))
+        for label, src in variants:
+            for way in WAYS:
+                medians, passes = await one_way(way, args.n, args.every, args.pg, work_dir, src)
+                runs.append((label, way, r + 1, medians, passes))
     await drop_database(args.pg)
     return runs
+
+
+def _heading(label: str, way: str, r: int) -> str:
+    return f"{label} {way} {r}" if label else f"{way} {r}"
 
 
 def main() -> None:
@@ -180,15 +267,42 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--pg", default="postgresql://postgres@127.0.0.1:5432/aq_dispatch_steps")
     parser.add_argument("--work-dir", default="benchmarks/results/dispatch_steps")
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="LABEL=SRC",
+        help="the worker's tree (repeatable; the variants in turn each round)",
+    )
     args = parser.parse_args()
+    for variant in args.variant:
+        label, _, src = variant.partition("=")
+        if not label or not (Path(src) / "agentqueue").is_dir():
+            parser.error(f"--variant {variant!r}: want LABEL=SRC, SRC holding agentqueue/")
     Path(args.work_dir).mkdir(parents=True, exist_ok=True)
     runs = asyncio.run(run(args))
     print(f"N={args.n}, one submit every {args.every:g} s; ms from each task's created time")
-    print("| step | " + " | ".join(f"{way} {r}" for way, r, _ in runs) + " |")
+    print("| step | " + " | ".join(_heading(lb, way, r) for lb, way, r, _, _ in runs) + " |")
     print("|---|" + "---|" * len(runs))
     for name, ways, what in STEPS:
-        cells = [f"{m[name]:.2f}" if way in ways and name in m else "" for way, _, m in runs]
+        cells = [f"{m[name]:.2f}" if way in ways and name in m else "" for _, way, _, m, _ in runs]
         print(f"| {what} | " + " | ".join(cells) + " |")
+    routed = [(lb, r, p) for lb, way, r, _, p in runs if way == "routed"]
+    print()
+    print("Routed: the admission passes (those that admitted a task; those that found none), ms")
+    headings = " | ".join(_heading(lb, "routed", r) for lb, r, _ in routed)
+    print(f"| passes | figure | {headings} |")
+    print("|---|---|" + "---|" * len(routed))
+    for kind in ("admitting", "empty"):
+        for key, what in PASS_FIGURES:
+            cells = [
+                (f"{p[kind][key]:.0f}" if key == "n" else f"{p[kind][key]:.2f}")
+                if key in p[kind]
+                else ""
+                for _, _, p in routed
+            ]
+            if any(cells):
+                print(f"| {kind} | {what} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

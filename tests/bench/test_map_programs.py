@@ -1,8 +1,9 @@
 """``benchmarks/dispatch_steps.py``, ``benchmarks/candidate_plans.py``,
 ``benchmarks/anchor_stall.py`` and ``benchmarks/idle_round_trip.py`` on tiny sizes: each runs
 against the real PostgreSQL (and SQLite) and prints what it promises (every step of each way's
-dispatch with a figure; each variant's plan under each plan cache mode, with its times; each
-way's anchoring steps with the loop's delays; each way's round trips). No speed is asserted."""
+dispatch with a figure, and the routed way's admission passes; each variant's plan under each
+plan cache mode, with its times, and the plan the store runs; each way's anchoring steps with
+the loop's delays; each way's round trips). No speed is asserted."""
 
 from __future__ import annotations
 
@@ -31,15 +32,30 @@ def _run(*args: str, cwd: Path) -> str:
 
 
 def test_dispatch_steps_gives_every_step_of_each_way(bench_db: str, tmp_path: Path) -> None:
+    """One variant (this checkout's tree, labelled): each way's steps, then the routed way's
+    admission passes, those that admitted each with its round trips and length."""
     program = str(ROOT / "benchmarks" / "dispatch_steps.py")
     out = _run(program, "--n", "5", "--every", "0.05", "--rounds", "1", "--pg", bench_db,
-               "--work-dir", str(tmp_path / "steps"), cwd=tmp_path)  # fmt: skip
+               "--work-dir", str(tmp_path / "steps"), "--variant", f"here={ROOT / 'src'}",
+               cwd=tmp_path)  # fmt: skip
+    steps, _, passes = out.partition("Routed: the admission passes")
+    assert "| step | here unrouted 1 | here routed 1 |" in steps
     rows = {
         cells[0]: cells[1:]
-        for line in out.splitlines()
+        for line in steps.splitlines()
         if line.startswith("| ") and not line.startswith("| step")
         for cells in [[c.strip() for c in line.strip("|").split("|")]]
     }
+    figures = {
+        (cells[0], cells[1]): cells[2]
+        for line in passes.splitlines()
+        if line.startswith(("| admitting", "| empty"))
+        for cells in [[c.strip() for c in line.strip("|").split("|")]]
+    }
+    assert 1 <= int(figures[("admitting", "passes")]) <= 5  # a pass may admit two
+    for what in ("first round trip", "writes", "the whole pass"):
+        (key,) = [k for k in figures if k[0] == "admitting" and k[1].startswith(what)]
+        assert re.match(r"^\d+\.\d\d$", figures[key]), figures
     number = re.compile(r"^\d+\.\d\d$")
     # Columns: unrouted, routed. Each way's steps have a figure; the other way's are blank.
     for step in ("the submit's notice reaches the worker", "the handler began"):
@@ -69,6 +85,10 @@ def test_candidate_plans_shows_each_variant_under_each_mode(bench_db: str, tmp_p
     for block in out.split("--- ")[1:]:
         assert "Planning Time:" in block and "Execution Time:" in block, block
         assert "aq_tasks" in block, block  # the plan's read of the table is shown
+    # Last, the statement as the store runs it: its fixed plan walks the tenant index in order.
+    fixed = out.split("--- as shipped, as the store runs it (after fixed_plan)\n")[1]
+    assert "Index Scan using aq_tasks_pending_tenant" in fixed, fixed
+    assert "Sort" not in fixed and "Bitmap" not in fixed and "Functions" not in fixed, fixed
 
 
 def test_anchor_stall_gives_each_way_of_each_backend_its_steps(
