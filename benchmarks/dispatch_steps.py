@@ -140,8 +140,9 @@ def _steps(
         created = task.created_at.timestamp()
         began = task.result["began_at_us"] / 1e6
         seen: dict[str, float] = {"began": began}
-        for at, name, channel in noted:
-            ours = name != "notice" or channel == notice
+        for at, name, info in noted:
+            # The notice on the way's channel; the end of a pass that admitted something.
+            ours = (name != "notice" or info == notice) and (name != "pass<" or info != "0")
             if created <= at <= began and name not in seen and ours:
                 seen[name] = at
         for name, at in seen.items():
