@@ -63,8 +63,9 @@ async def load(url: str, n: int) -> None:
         await queue.close()
 
 
-def explain(url: str, label: str, sql: str) -> None:
-    """``sql`` (named placeholders) prepared, then explained under each plan cache mode."""
+def _prepared(sql: str) -> tuple[str, str]:
+    """The PREPARE of ``sql`` (named placeholders numbered) as ``p``, and its EXPLAIN ANALYZE
+    EXECUTE with VALUES."""
     names: list[str] = []
 
     def numbered(match: re.Match[str]) -> str:
@@ -75,15 +76,25 @@ def explain(url: str, label: str, sql: str) -> None:
     body = re.sub(r"%\((\w+)\)s", numbered, sql)
     signature = ", ".join(TYPES[n] for n in names)
     run = f"EXPLAIN (ANALYZE, SUMMARY) EXECUTE p({', '.join(VALUES[n] for n in names)})"
+    return f"PREPARE p({signature}) AS {body}", run
+
+
+def _shown(plan: list[str]) -> str:
+    return "\n".join(line for line in plan if any(w in line for w in SHOWN))
+
+
+def explain(url: str, label: str, sql: str) -> None:
+    """``sql`` (named placeholders) prepared, then explained under each plan cache mode."""
+    prepare, run = _prepared(sql)
     with psycopg.connect(url, autocommit=True) as conn:
         for mode in ("force_custom_plan", "force_generic_plan", "auto"):
             conn.execute(f"SET plan_cache_mode = {mode}")
-            conn.execute(f"PREPARE p({signature}) AS {body}")
+            conn.execute(prepare)
             for _ in range(1 if mode != "auto" else 8):
                 plan = [str(r[0]) for r in conn.execute(run)]
             conn.execute("DEALLOCATE p")
             print(f"--- {label}, plan_cache_mode = {mode}")
-            print("\n".join(line for line in plan if any(w in line for w in SHOWN)))
+            print(_shown(plan))
 
 
 def explain_fixed(url: str, sql: str) -> None:
@@ -91,18 +102,9 @@ def explain_fixed(url: str, sql: str) -> None:
     ``fixed_plan`` query (its generic plan, sorts and bitmap scans priced out, JIT off), eight
     times (the first makes the plan; the last is printed)."""
     queries = load_queries("postgres")
-    names: list[str] = []
-
-    def numbered(match: re.Match[str]) -> str:
-        if match.group(1) not in names:
-            names.append(match.group(1))
-        return f"${names.index(match.group(1)) + 1}"
-
-    body = re.sub(r"%\((\w+)\)s", numbered, sql)
-    signature = ", ".join(TYPES[n] for n in names)
-    run = f"EXPLAIN (ANALYZE, SUMMARY) EXECUTE p({', '.join(VALUES[n] for n in names)})"
+    prepare, run = _prepared(sql)
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(f"PREPARE p({signature}) AS {body}")
+        conn.execute(prepare)
         for _ in range(8):
             with conn.transaction():
                 conn.execute(queries["fixed_plan"])
@@ -110,7 +112,7 @@ def explain_fixed(url: str, sql: str) -> None:
                 conn.execute(queries["fixed_plan_back"])
         conn.execute("DEALLOCATE p")
     print("--- as shipped, as the store runs it (after fixed_plan)")
-    print("\n".join(line for line in plan if any(w in line for w in SHOWN)))
+    print(_shown(plan))
 
 
 def main() -> None:

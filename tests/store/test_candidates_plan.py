@@ -21,6 +21,7 @@ import psycopg
 import pytest
 
 from agentqueue import AsyncQueue
+from agentqueue.bench.routed import ROUTED as BENCH_ROUTED
 from agentqueue.config import Settings
 from agentqueue.scheduler.admission import admit_limited
 from agentqueue.service.runtime import Runtime
@@ -32,17 +33,9 @@ pytestmark = pytest.mark.postgres
 
 Q = load_queries("postgres")
 
-ROUTED = Settings(
-    agents={
-        "writer": {
-            "command": ["true"],
-            "task_types": ["docs"],
-            "isolation": "none",
-            "max_concurrent": 1000,
-        }
-    }
-)
-"""An agent configured: tasks wait in pending and every admission pass reads candidates."""
+ROUTED = Settings(**BENCH_ROUTED)
+"""The routed benchmark's six agents: tasks wait in pending and every admission pass reads
+candidates (these tasks' type is no agent's: the planner routes them to the handlers)."""
 
 PLANNER = ("plan_cache_mode", "enable_sort", "enable_bitmapscan", "jit")
 """The settings fixed_plan changes."""
