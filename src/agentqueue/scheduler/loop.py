@@ -48,6 +48,8 @@ class Scheduler:
         self.leadership = Leadership(rt, holder)
         self.wake = asyncio.Event()
         """Set it to run the steps now (a worker sets it on news of pending work)."""
+        self._look_first = False
+        """The wake-up was :meth:`look`'s alone: the pass reads the work hints first."""
         self.on_admitted = on_admitted
         self.hand_over = hand_over
         """Claims for the worker this scheduler runs in, inside an admission (see tick)."""
@@ -57,6 +59,21 @@ class Scheduler:
         self._last_run: dict[int, float] = {}
         self._pass_outage = Outage(log)
         self._periodic_outage = Outage(log)
+
+    def look(self) -> None:
+        """Run the steps now, reading the work hints before admitting: a wake-up that is no
+        news of pending work (a worker's claims ran dry, which says only that the queue is
+        empty). The pass admits if the hints find pending work due, as any pass does; with
+        none it sends no admission. News that comes before the pass (``wake``) makes it admit
+        first again."""
+        if not self.wake.is_set():
+            self._look_first = True
+        self.wake.set()
+
+    def news(self) -> None:
+        """Run the steps now, admitting first: news of pending work."""
+        self._look_first = False
+        self.wake.set()
 
     @property
     def leading(self) -> bool:
@@ -92,6 +109,9 @@ class Scheduler:
                 wait = settings.tick_secs if self.leading else settings.renew_secs
                 woken = await wait_event(self.wake, wait)
                 self.wake.clear()
+                if self._look_first:
+                    self._look_first = False
+                    woken = False  # only a look: the hints first (Scheduler.look)
         finally:
             await jobs.close()
             await asyncio.shield(self.leadership.resign())
@@ -152,6 +172,4 @@ class Scheduler:
 
     async def _listen(self) -> None:
         """Wake on news of pending work (a standalone scheduler's own listener)."""
-        await follow(
-            self.rt.store, (CHANNEL_PENDING,), lambda _notice: self.wake.set(), "scheduler"
-        )
+        await follow(self.rt.store, (CHANNEL_PENDING,), lambda _notice: self.news(), "scheduler")

@@ -164,7 +164,7 @@ class Worker:
             concurrency=options.concurrency,
             batch=options.claim_batch,
             in_flight=options.claims_in_flight,
-            on_dry=self._scheduler_wake,
+            on_dry=self._scheduler_look,
             on_claimed=self._wake.set,
             claims_admit=queue.settings.claims_admit,
         )
@@ -550,7 +550,19 @@ class Worker:
 
     def _scheduler_wake(self) -> None:
         if self.scheduler is not None:
-            self.scheduler.wake.set()
+            self.scheduler.news()
+
+    def _scheduler_look(self) -> None:
+        """The claims ran dry. Under limits the planner's cases want an admission at once (an
+        agent at its cap leaves tasks pending that its emptied executors can now take); without
+        them nothing is pending but what the hints find due (delayed or retried tasks, released
+        dependents), so the pass looks first and sends no admission when there is none."""
+        if self.scheduler is None:
+            return
+        if self.queue.settings.admission_limited:
+            self.scheduler.news()
+        else:
+            self.scheduler.look()
 
     def _work_arrived(self) -> None:
         self.claimer.work_arrived()
