@@ -14,9 +14,10 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from scheduler_helpers import OpenQueue
 
-from agentqueue import ManualClock, TaskState
+from agentqueue import ManualClock, Task, TaskState
 from agentqueue.scheduler.loop import Scheduler
 from agentqueue.service.runtime import Runtime
 
@@ -85,3 +86,23 @@ async def test_a_look_reads_the_hints_first_and_admits_only_what_is_due(
     finally:
         running.cancel()
         await asyncio.gather(running, return_exceptions=True)
+
+
+@pytest.mark.parametrize("limited", [False, True], ids=["no limits", "a global cap"])
+async def test_a_workers_dry_claims_look_without_limits_and_are_news_under_them(
+    open_queue: OpenQueue, limited: bool
+) -> None:
+    """The worker's claimer, its claims come back short, wakes the worker's scheduler: to look
+    without admission limits, as news under them (the planner's cases: an agent or a cap may
+    have left tasks pending that the emptied slots can now take)."""
+    queue = await open_queue(**({"admission": {"max_active": 10}} if limited else {}))
+
+    @queue.handler("t")
+    async def run(task: Task, ctx: Any) -> None:
+        return None
+
+    worker = queue.worker(run_scheduler=True)
+    scheduler = worker.scheduler = Scheduler(await queue.runtime(), "w", listen=False)
+    worker.claimer.on_dry()
+    assert scheduler.wake.is_set()
+    assert scheduler._look_first is not limited
