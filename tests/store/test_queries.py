@@ -15,6 +15,10 @@ from agentqueue.store.sqlfile import (
 POSTGRES_ONLY = {
     "admission_lock",  # an advisory lock; SQLite's BEGIN IMMEDIATE already holds the one writer
     "commit_durably",  # undoes what admission_lock relaxes; SQLite relaxes nothing
+    # The planner's settings around the admission's candidates (their plan made once per
+    # connection); SQLite plans each statement once per prepared statement anyway
+    "fixed_plan",
+    "fixed_plan_back",
     "migration_lock",  # likewise, for migrations
     "notify",  # push notifications; SQLite listeners watch PRAGMA data_version
     "listen",
