@@ -5,8 +5,6 @@ that comes back short says only that the queue is empty. The pass it wakes reads
 first and admits only what they find due (a delayed task whose time has come); with nothing
 pending it sends no admission at all. News of pending work still makes a pass admit first (on
 PostgreSQL; on SQLite, whose notices say only that something changed, every pass looks first).
-Under admission limits a dry claim is room freed, as a completion is: a pass runs only if the
-last one left work waiting.
 """
 
 from __future__ import annotations
@@ -91,13 +89,12 @@ async def test_a_look_reads_the_hints_first_and_admits_only_what_is_due(
 
 
 @pytest.mark.parametrize("limited", [False, True], ids=["no limits", "a global cap"])
-async def test_a_workers_dry_claims_look_without_limits_and_free_room_under_them(
+async def test_a_workers_dry_claims_look_without_limits_and_are_news_under_them(
     open_queue: OpenQueue, limited: bool
 ) -> None:
     """The worker's claimer, its claims come back short, wakes the worker's scheduler: to look
-    without admission limits; under them as room freed (Scheduler.room_freed), which runs a
-    pass only if the last pass left work waiting (an agent or a cap may have held tasks back
-    that the emptied slots can now take)."""
+    without admission limits, as news under them (the planner's cases: an agent or a cap may
+    have left tasks pending that the emptied slots can now take)."""
     queue = await open_queue(**({"admission": {"max_active": 10}} if limited else {}))
 
     @queue.handler("t")
@@ -107,9 +104,5 @@ async def test_a_workers_dry_claims_look_without_limits_and_free_room_under_them
     worker = queue.worker(run_scheduler=True)
     scheduler = worker.scheduler = Scheduler(await queue.runtime(), "w", listen=False)
     worker.claimer.on_dry()
-    assert scheduler.wake.is_set()  # before any pass nothing is known: a pass runs
+    assert scheduler.wake.is_set()
     assert scheduler._look_first is not limited
-    scheduler.wake.clear()
-    await scheduler._pass()  # nothing pending: nothing left waiting
-    worker.claimer.on_dry()
-    assert scheduler.wake.is_set() is not limited

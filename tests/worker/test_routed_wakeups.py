@@ -19,7 +19,6 @@ from worker_helpers import wait_for, worker_running
 from agentqueue import AsyncQueue, Task, TaskContext, TaskState
 from agentqueue.config import Settings
 from agentqueue.store.base import ClaimParams
-from agentqueue.store.tx import SQLTx
 
 pytestmark = pytest.mark.postgres
 
@@ -98,35 +97,3 @@ async def test_tasks_waiting_behind_an_agents_cap_are_admitted_as_completions_fr
         await asyncio.sleep(0.5)  # the worker leads and has looked once
         await queue.submit_many([{"title": f"t{i}", "task_type": "t_one"} for i in range(4)])
         await wait_for(queue, functools.partial(_completed, n=4), 20, "all four completed")
-
-
-async def test_a_completion_after_a_pass_that_left_nothing_waiting_runs_no_pass(
-    pg_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Each completion announces itself to the scheduler (room freed under the caps). After a
-    pass that admitted everything pending, it has nothing to let through: tasks coming one at
-    a time, each is admitted once (its own notice's pass), with no admission pass of nothing
-    after its completion."""
-    queue = AsyncQueue(pg_url, settings=ROUTED)
-
-    @queue.handler("noop")
-    async def noop(task: Task, ctx: TaskContext) -> None:
-        return None
-
-    admissions: list[str] = []
-    real = SQLTx.lock_admission
-
-    async def counted(self: SQLTx, relaxed: bool = True) -> None:
-        admissions.append("pass")
-        await real(self, relaxed)
-
-    monkeypatch.setattr(SQLTx, "lock_admission", counted)
-    await queue.open()
-    async with worker_running(queue, worker_id="routed"):
-        for i in range(6):
-            if i == 1:
-                admissions.clear()
-            await queue.submit(title=f"t{i}", task_type="noop")
-            await wait_for(queue, functools.partial(_completed, n=i + 1), 60, "completed")
-            await asyncio.sleep(0.2)  # its completion's notice has come
-    assert len(admissions) == 5, admissions

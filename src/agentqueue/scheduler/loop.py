@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from ..domain.errors import AgentQueueError, StoreUnavailable
 from ..service.runtime import Runtime
-from ..store.base import CHANNEL_PENDING, COMPLETED, Notice
+from ..store.base import CHANNEL_PENDING
 from ..supervise import Outage, Supervisor, cancel_requested
 from ..wakeups import follow, wait_event
 from .admission import HandOver
@@ -57,12 +57,6 @@ class Scheduler:
         self.min_gap_secs = min_gap_secs
         self.periodic = list(periodic)
         self._last_run: dict[int, float] = {}
-        self._waiting = True
-        """The last pass left work a completion could let through (TickReport.waiting; not
-        known before the first)."""
-        self._room_freed = False
-        """A completion was heard since the current pass began."""
-        self._passing = False
         self._pass_outage = Outage(log)
         self._periodic_outage = Outage(log)
 
@@ -80,17 +74,6 @@ class Scheduler:
         """Run the steps now, admitting first: news of pending work."""
         self._look_first = False
         self.wake.set()
-
-    def room_freed(self) -> None:
-        """A completion was committed (a notice of one): it frees room under the caps and may
-        release tasks held for their dependencies. A pass runs for it only if the last pass
-        left such work waiting; one under way when it comes decides as it ends. Everything
-        that makes work pending announces itself (and the tick looks anyway), so after a pass
-        that left nothing waiting a completion has nothing to let through: with agents
-        configured and tasks coming one at a time, that was a pass of nothing per task."""
-        self._room_freed = True
-        if self._waiting and not self._passing:
-            self.news()
 
     @property
     def leading(self) -> bool:
@@ -135,9 +118,6 @@ class Scheduler:
         jobs.check()
 
     async def _pass(self, admit_first: bool = False) -> bool:
-        self._room_freed = False
-        self._passing = True
-        self._waiting = True  # unless the pass gets through and says otherwise
         try:
             report = await tick(
                 self.rt,
@@ -151,14 +131,8 @@ class Scheduler:
         except AgentQueueError as exc:
             log.warning("scheduler step failed: %s", exc)
             return False
-        else:
-            self._pass_outage.ok("scheduler passes")
-            self._waiting = report.waiting
-            return report.more
-        finally:
-            self._passing = False
-            if self._room_freed and self._waiting:
-                self.news()  # a completion heard while this pass ran, before it knew
+        self._pass_outage.ok("scheduler passes")
+        return report.more
 
     def _pace(self) -> float:
         settings = self.rt.settings.scheduler
@@ -198,11 +172,4 @@ class Scheduler:
 
     async def _listen(self) -> None:
         """Wake on news of pending work (a standalone scheduler's own listener)."""
-        await follow(self.rt.store, (CHANNEL_PENDING,), self.heard, "scheduler")
-
-    def heard(self, notice: Notice) -> None:
-        """Act on a notice of pending work, or of a completion (see room_freed)."""
-        if notice.payload == COMPLETED:
-            self.room_freed()
-        else:
-            self.news()
+        await follow(self.rt.store, (CHANNEL_PENDING,), lambda _notice: self.news(), "scheduler")

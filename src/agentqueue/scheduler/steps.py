@@ -113,11 +113,6 @@ class TickReport:
     """Tasks whose dependencies all completed."""
     cancelled: int = 0
     """Tasks cancelled because a dependency failed, was cancelled or dead-lettered."""
-    waiting: bool = True
-    """After the pass, work may wait that a completion could let through: pending tasks that
-    could be admitted but for room (the pass's hints, read after its admission when it admitted
-    first, say some are pending), or tasks held for their dependencies. False only when the
-    hints said neither."""
 
 
 ADMIT_BATCH = 2000
@@ -170,8 +165,6 @@ async def tick(
         len(admitted) == ADMIT_BATCH,
         released=released,
         cancelled=deps.cancelled if deps else 0,
-        # (tasks this pass made pending, or moved, may be among them)
-        waiting=hints.admissible or hints.held or bool(reclaimed or retried or released),
     )
 
 

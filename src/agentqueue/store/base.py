@@ -135,9 +135,6 @@ CHANNEL_CHANGED = "aq_changed"  # something changed (stores without push notific
 CHANNEL_TOOLS = "aq_tools"  # tasks began waiting on tools: tool runners may take the calls
 CHANNEL_OUTBOX = "aq_outbox"  # deliveries were stored: deliverers may send them
 CHANNELS = (CHANNEL_PENDING, CHANNEL_QUEUED, CHANNEL_REVOKED, CHANNEL_TOOLS, CHANNEL_OUTBOX)
-COMPLETED = "completed"
-"""The CHANNEL_PENDING payload of completions (Store.complete): room freed under the caps, and
-maybe tasks' dependencies met; no new pending work (that is announced with ``""`` or ``p0``)."""
 
 ROUTED = "to:"
 """A CHANNEL_QUEUED payload that names whose work was queued: ``to:`` and the agents the tasks

@@ -25,7 +25,6 @@ from ..store.base import (
     CHANNEL_REVOKED,
     CHANNEL_TOOLS,
     CHANNELS,
-    COMPLETED,
     Notice,
     Store,
     WorkHints,
@@ -50,9 +49,6 @@ class Wakeups:
     routed: Callable[[frozenset[str | None]], None] | None = None
     """News of queued work routed to these agents (None: to no agent) only; without it, such
     news is ``work`` (everyone's)."""
-    room: Callable[[], None] | None = None
-    """News of completions (room freed, dependencies maybe met: Scheduler.room_freed); without
-    it, such news is ``scheduler``."""
 
 
 class NoticeRouter:
@@ -104,9 +100,7 @@ class NoticeRouter:
                 self.wake.p0()
             self.wake.work()
             return
-        if channel == CHANNEL_PENDING and notice.payload == COMPLETED and self.wake.room:
-            self.wake.room()
-        elif channel != CHANNEL_QUEUED:
+        if channel != CHANNEL_QUEUED:
             self.wake.scheduler()
         if channel == CHANNEL_CHANGED:
             # Some commit, maybe only a lease renewal: claim only if one read finds work queued.

@@ -214,7 +214,6 @@ class Worker:
                 p0=self.preemptor.p0_queued,
                 scheduler=self._scheduler_wake,
                 deliveries=self._deliveries_wake,
-                room=self._room_freed,
             ),
             self.jobs,
             pending_is_work=queue.settings.claims_admit,
@@ -554,21 +553,16 @@ class Worker:
             self.scheduler.news()
 
     def _scheduler_look(self) -> None:
-        """The claims ran dry. Under limits that is room freed, as a completion's notice is (an
-        agent at its cap may have left tasks pending that its emptied executors can now take):
-        a pass runs if the last one left work waiting (Scheduler.room_freed). Without them
-        nothing is pending but what the hints find due (delayed or retried tasks, released
+        """The claims ran dry. Under limits the planner's cases want an admission at once (an
+        agent at its cap leaves tasks pending that its emptied executors can now take); without
+        them nothing is pending but what the hints find due (delayed or retried tasks, released
         dependents), so the pass looks first and sends no admission when there is none."""
         if self.scheduler is None:
             return
         if self.queue.settings.admission_limited:
-            self.scheduler.room_freed()
+            self.scheduler.news()
         else:
             self.scheduler.look()
-
-    def _room_freed(self) -> None:
-        if self.scheduler is not None:
-            self.scheduler.room_freed()
 
     def _work_arrived(self) -> None:
         self.claimer.work_arrived()

@@ -274,7 +274,6 @@ WITH v AS (
     -- Tasks waiting on dependencies may be free now, or admission under caps has room again:
     -- wake the scheduler (one notice a batch; for dependencies only while such tasks exist,
     -- one probe of a small partial index).
-    -- ('completed': store.base.COMPLETED)
     SELECT pg_notify('aq_pending', 'completed')
     WHERE EXISTS (SELECT 1 FROM upd)
       AND (%(wake)s OR EXISTS (SELECT 1 FROM aq_tasks
