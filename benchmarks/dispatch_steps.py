@@ -44,6 +44,7 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -87,16 +88,20 @@ def _child(args_json: str) -> int:
 
     noted: list[tuple[float, str, str]] = []
 
-    def wrap(owner: Any, attr: str, name: str) -> None:
+    def wrap(owner: Any, attr: str, name: str, told: Callable[[Any], str] = lambda _: "") -> None:
+        """Note when ``owner.attr`` is entered and left; leaving, with ``told`` of its answer
+        (of None if it raised)."""
         fn = getattr(owner, attr)
 
         @functools.wraps(fn)
         async def wrapped(*a: Any, **k: Any) -> Any:
             noted.append((time.time(), name + ">", ""))
+            answer = None
             try:
-                return await fn(*a, **k)
+                answer = await fn(*a, **k)
+                return answer
             finally:
-                noted.append((time.time(), name + "<", ""))
+                noted.append((time.time(), name + "<", told(answer)))
 
         setattr(owner, attr, wrapped)
 
@@ -107,18 +112,8 @@ def _child(args_json: str) -> int:
         route(self, notice)
 
     notices.NoticeRouter.route = heard  # type: ignore[method-assign]
-    admit_once = admission._admit_once
-
-    async def one_pass(*a: Any, **k: Any) -> Any:
-        noted.append((time.time(), "pass>", ""))
-        admitted: list[Any] = []
-        try:
-            admitted = await admit_once(*a, **k)
-            return admitted
-        finally:
-            noted.append((time.time(), "pass<", str(len(admitted))))
-
-    admission._admit_once = one_pass
+    # A pass's end tells how many tasks it admitted (0 if it failed).
+    wrap(admission, "_admit_once", "pass", lambda admitted: str(len(admitted or ())))
     wrap(claimer.Claimer, "_claim", "claim")
     for name in ("load_and_tenants", "admit_ids", "claim_next"):
         wrap(tx.SQLTx, name, name)
@@ -242,9 +237,8 @@ Run = tuple[str, str, int, dict[str, float], dict[str, dict[str, float]]]
 """A variant's label, the way, the round, the steps' medians, the admission passes."""
 
 
-async def run(args: argparse.Namespace) -> list[Run]:
+async def run(args: argparse.Namespace, variants: list[tuple[str, str | None]]) -> list[Run]:
     work_dir = Path(args.work_dir)
-    variants = [v.split("=", 1) for v in args.variant] or [["", None]]
     runs: list[Run] = []
     for r in range(args.rounds):
         for label, src in variants:
@@ -276,12 +270,14 @@ def main() -> None:
         help="the worker's tree (repeatable; the variants in turn each round)",
     )
     args = parser.parse_args()
+    variants: list[tuple[str, str | None]] = []
     for variant in args.variant:
         label, _, src = variant.partition("=")
         if not label or not (Path(src) / "agentqueue").is_dir():
             parser.error(f"--variant {variant!r}: want LABEL=SRC, SRC holding agentqueue/")
+        variants.append((label, src))
     Path(args.work_dir).mkdir(parents=True, exist_ok=True)
-    runs = asyncio.run(run(args))
+    runs = asyncio.run(run(args, variants or [("", None)]))
     print(f"N={args.n}, one submit every {args.every:g} s; ms from each task's created time")
     print("| step | " + " | ".join(_heading(lb, way, r) for lb, way, r, _, _ in runs) + " |")
     print("|---|" + "---|" * len(runs))

@@ -93,7 +93,7 @@ SELECT set_config('synchronous_commit', 'on', true)
 -- Plan the next statement once per connection, in a fixed shape (see fixed_plan_back).
 -- The admission's candidates are read at every pass, and PostgreSQL plans a statement afresh
 -- for its values whenever its generic plan looks dearer: for the candidates, at every pass
--- (0.3 to 0.6 ms of a 0.4 to 0.7 ms statement). Their generic plan supposes one task a priority
+-- (0.3 to 0.75 ms of a 0.4 to 0.9 ms statement, by the server's log on two machines). Their generic plan supposes one task a priority
 -- level, and would read a whole level in a bitmap scan and sort it (hundreds of milliseconds
 -- with many tasks pending) and compile itself with JIT; with sorts and bitmap scans priced out
 -- and JIT off it walks the pending tenant index in order with its limit, as the plan for the
