@@ -131,11 +131,16 @@ def reads_facts(task: Task) -> bool:
     return not (state is S.BLOCKED and task.hold == "approval")
 
 
-def reads_load(task: Task) -> bool:
+def reads_load(task: Task, max_active: int | None, agents: tuple[str, ...] | None) -> bool:
     """Whether the reasons for ``task`` draw on the admitted work (``agent_load`` and
-    ``active``): a pending or retrying task's (the caps), and a blocked one's (its dependencies
-    may be pending). A queued task's do not: it has been admitted."""
-    return task.state in (S.PENDING, S.RETRYING, S.BLOCKED) and reads_facts(task)
+    ``active``), under a global cap of ``max_active`` (None: none) when its routing answers
+    ``agents`` (Facts.route): a pending or retrying task's, when there is a global cap or it
+    is routed to agents (their caps). A queued task's do not (it has been admitted), nor a
+    blocked one's: a dependency at a cap still moves, and only the reasons of one that cannot
+    are told."""
+    if task.state not in (S.PENDING, S.RETRYING) or not reads_facts(task):
+        return False
+    return max_active is not None or bool(agents)
 
 
 def why_waiting(task: Task, facts: Facts, depth: int = 0) -> list[Reason]:

@@ -80,13 +80,16 @@ async def _dependencies(rt: Runtime, tasks: Iterable[Task]) -> dict[UUID, Task]:
 
 async def why(rt: Runtime, task: Task) -> list[Reason]:
     """Why ``task`` waits (empty when it is in no waiting state), with only the reads its
-    reasons draw on: none for an executing task, say, and no count of the admitted work for a
-    queued one (``GET /v1/tasks/{id}`` answers with them)."""
+    reasons draw on: none for an executing task, say, and no count of the admitted work unless
+    it is pending or retrying under a global cap or routed to agents (``GET /v1/tasks/{id}``
+    answers with them)."""
     if task.state not in WAITING_STATES:
         return []
     if not reads_facts(task):
         return why_waiting(task, Facts(now=rt.clock.now()))
-    return why_waiting(task, await _facts(rt, [task], None, load=reads_load(task)))
+    max_active = rt.settings.admission.max_active
+    load = reads_load(task, max_active, rt.pipelines.route(task.kind, task).agents)
+    return why_waiting(task, await _facts(rt, [task], None, load=load))
 
 
 async def left_for(rt: Runtime, scope: Scope, page: int = SURVEY_PAGE) -> Survey | None:
