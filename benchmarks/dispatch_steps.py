@@ -56,6 +56,9 @@ from agentqueue.bench.routed import ROUTED
 from agentqueue.config import Settings
 from agentqueue.store.admin import drop_database, ensure_database
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from variants import first_on_path, parse_variants
+
 HERE = Path(__file__).resolve()
 OUT_ENV = "AQ_DISPATCH_STEPS_OUT"
 WAYS = ("unrouted", "routed")
@@ -228,8 +231,7 @@ def _env(src: str | None, out: Path) -> dict[str, str]:
     """The worker's environment: where it writes its notes, and the variant's tree first."""
     env = {**os.environ, OUT_ENV: str(out)}
     if src is not None:
-        tree = str(Path(src).resolve())
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (tree, env.get("PYTHONPATH")) if p)
+        env["PYTHONPATH"] = first_on_path(src, env.get("PYTHONPATH"))
     return env
 
 
@@ -270,12 +272,8 @@ def main() -> None:
         help="the worker's tree (repeatable; the variants in turn each round)",
     )
     args = parser.parse_args()
-    variants: list[tuple[str, str | None]] = []
-    for variant in args.variant:
-        label, _, src = variant.partition("=")
-        if not label or not (Path(src) / "agentqueue").is_dir():
-            parser.error(f"--variant {variant!r}: want LABEL=SRC, SRC holding agentqueue/")
-        variants.append((label, src))
+    given = parse_variants(parser, args.variant, at_least=0)
+    variants: list[tuple[str, str | None]] = [(v.label, v.src) for v in given]
     Path(args.work_dir).mkdir(parents=True, exist_ok=True)
     runs = asyncio.run(run(args, variants or [("", None)]))
     print(f"N={args.n}, one submit every {args.every:g} s; ms from each task's created time")

@@ -42,6 +42,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from variants import parse_variants
+
 APP = "agentqueue.bench.noop_app:queue"
 HERE = Path(__file__).resolve()
 
@@ -266,13 +269,10 @@ def main() -> None:
         asyncio.run(_prepare(args.prepare, args.n, sql))
         return
     variants = []
-    for spec in args.variant:
-        label, _, rest = spec.partition("=")
-        rest, _, config = rest.partition("@")
-        src, _, sql = rest.partition("+")
-        variants.append((label, src, sql or None, config or None))
-    if len(variants) < 2:
-        parser.error("give at least two --variant")
+    for variant in parse_variants(parser, args.variant, suffixes="+@"):
+        rest, _, config = variant.rest.partition("@")
+        sql = rest.removeprefix("+")
+        variants.append((variant.label, variant.src, sql or None, config or None))
     results: dict[str, list[dict[str, object]]] = {v[0]: [] for v in variants}
     url = f"sqlite:///{Path(args.sqlite).resolve()}" if args.sqlite else args.pg
     print(f"N={args.n:,}, {args.rounds} rounds, {'SQLite' if args.sqlite else 'PostgreSQL'} {url}")

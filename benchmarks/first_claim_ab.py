@@ -23,6 +23,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import startup_gc  # noqa: E402
+from variants import parse_variants  # noqa: E402
 
 ENTRY = ["-m", "agentqueue.cli"]
 
@@ -37,7 +38,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.runs < 2:
         parser.error("--runs must be at least 2 (quartiles are reported)")
-    variants = dict(v.split("=", 1) for v in args.variant)
+    variants = {v.label: v.src for v in parse_variants(parser, args.variant, at_least=1)}
     url = f"sqlite:///{Path(args.sqlite).resolve()}" if args.sqlite else args.pg
     os.chdir(HERE.parent)
     times: dict[str, list[float]] = {label: [] for label in variants}

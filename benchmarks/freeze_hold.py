@@ -27,6 +27,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import drain_ab  # noqa: E402
+from variants import parse_variants  # noqa: E402
 
 HOOK = HERE / "freeze_hook"
 
@@ -59,9 +60,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--pg", default="postgresql://postgres@127.0.0.1:5432/aq_freeze_hold")
     args = parser.parse_args()
-    if len(args.variant) < 2:
-        parser.error("give at least two --variant")
-    variants = [tuple(v.split("=", 1)) for v in args.variant]
+    variants = [(v.label, v.src) for v in parse_variants(parser, args.variant)]
     runs: dict[str, list[dict[str, float]]] = {label: [] for label, _ in variants}
     os.chdir(HERE.parent)
     print(f"N={args.n:,}, {args.rounds} rounds, PostgreSQL {args.pg}")

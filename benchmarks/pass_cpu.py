@@ -35,6 +35,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from variants import parse_variants
+
 HERE = Path(__file__).resolve()
 WHAT = ("routed", "sqlite-claim")
 
@@ -120,9 +123,7 @@ def main() -> None:
     if args.child:
         _child(args.child, args.pg, args.n)
         return
-    variants = [tuple(spec.split("=", 1)) for spec in args.variant]
-    if len(variants) < 2 or any(len(v) != 2 for v in variants):
-        parser.error("give at least two --variant LABEL=SRC")
+    variants = [(v.label, v.src) for v in parse_variants(parser, args.variant)]
     print(f"{args.what}: N={args.n:,}, {args.rounds} rounds")
     results: dict[str, list[float]] = {label: [] for label, _ in variants}
     for r in range(args.rounds):

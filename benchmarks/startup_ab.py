@@ -21,8 +21,12 @@ import os
 import statistics
 import sys
 import tempfile
+from pathlib import Path
 
 from agentqueue.bench.startup import command_env, small_database, time_run
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from variants import parse_variants
 
 SCRIPT = (
     "import sys; from agentqueue.launch import main; sys.argv[0] = 'agentqueue'; sys.exit(main())"
@@ -47,9 +51,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5, help="runs of each command a round")
     parser.add_argument("--rounds", type=int, default=4)
     args = parser.parse_args()
-    if len(args.variant) < 2:
-        parser.error("give at least two --variant")
-    variants = [tuple(v.split("=", 1)) for v in args.variant]
+    variants = [(v.label, v.src) for v in parse_variants(parser, args.variant)]
     exe = [sys.executable, "-c", SCRIPT]
     with tempfile.TemporaryDirectory(prefix="aq-startup-ab-") as tmp:
         # The database is made by the first tree; every tree reads it.

@@ -24,6 +24,9 @@ import time
 from pathlib import Path
 from uuid import UUID
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from variants import parse_variants
+
 HERE = Path(__file__).resolve()
 ROWS = 500
 READS = 200
@@ -82,9 +85,7 @@ def main() -> None:
     if args.child:
         print(json.dumps({"us_per_row": asyncio.run(_measure(args.pg))}))
         return
-    variants = [tuple(v.split("=", 1)) for v in args.variant]
-    if len(variants) < 2:
-        parser.error("give at least two --variant")
+    variants = [(v.label, v.src) for v in parse_variants(parser, args.variant)]
     first_src = str(Path(variants[0][1]).resolve())
     env = {**os.environ, "PYTHONPATH": first_src}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
