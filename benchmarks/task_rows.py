@@ -86,15 +86,14 @@ def main() -> None:
         print(json.dumps({"us_per_row": asyncio.run(_measure(args.pg))}))
         return
     variants = [(v.label, v.src) for v in parse_variants(parser, args.variant)]
-    first_src = str(Path(variants[0][1]).resolve())
-    env = {**os.environ, "PYTHONPATH": first_src}
+    env = {**os.environ, "PYTHONPATH": variants[0][1]}  # each SRC resolved by parse_variants
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     subprocess.run([sys.executable, str(HERE), "--prepare", "--pg", args.pg], env=env, check=True)
     print(f"{ROWS} task rows read back {READS} times a run, {args.rounds} rounds, {args.pg}")
     results: dict[str, list[float]] = {label: [] for label, _ in variants}
     for r in range(args.rounds):
         for label, src in variants:
-            env["PYTHONPATH"] = str(Path(src).resolve())
+            env["PYTHONPATH"] = src
             out = subprocess.run(
                 [sys.executable, str(HERE), "--child", "x", "--pg", args.pg],
                 env=env,

@@ -20,17 +20,21 @@ PROGRAMS = ("dispatch_steps", "drain_ab", "first_claim_ab", "freeze_hold", "pass
             "startup_ab", "task_rows")  # fmt: skip
 
 
-def _variants() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("variants", ROOT / "benchmarks" / "variants.py")
+def _load() -> ModuleType:
+    """``benchmarks/variants.py``, loaded once under a name of its own."""
+    name = "benchmarks_variants"
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / "variants.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("variants", module)  # its dataclass looks itself up there
+    sys.modules[name] = module  # its dataclass looks its module up there
     spec.loader.exec_module(module)
     return module
 
 
+variants = _load()
+
+
 def test_a_variant_names_its_tree_and_keeps_the_programs_suffixes(tmp_path: Path) -> None:
-    variants = _variants()
     plain = variants.parse_variant(f"A={SRC}")
     assert (plain.label, plain.src, plain.rest) == ("A", str(SRC.resolve()), "")
     both = variants.parse_variant(f"B={SRC}+extra.sql@capped.toml", suffixes="+@")
@@ -51,7 +55,6 @@ def test_a_variant_names_its_tree_and_keeps_the_programs_suffixes(tmp_path: Path
 def test_the_variants_given_are_refused_as_a_whole_by_the_parser(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    variants = _variants()
     parser = argparse.ArgumentParser(prog="ab")
     got = variants.parse_variants(parser, [f"A={SRC}", f"B={SRC}"])
     assert [v.label for v in got] == ["A", "B"]

@@ -1,8 +1,7 @@
 """Why a task waits (``show``, ``GET /v1/tasks/{id}``), read with only what its reasons draw
 on: no count of the admitted work for a queued or blocked task, nor for a pending one under no
-cap, no read at all for an executing one, and
-for each state tried (queued, pending, blocked, executing, retrying) the same reasons as from
-all the facts."""
+cap, no read at all for an executing one, and for each state tried (queued, pending, blocked,
+executing, retrying) the same reasons as from all the facts."""
 
 from __future__ import annotations
 
