@@ -156,6 +156,12 @@ class Receiver:
         with self.lock:
             return sum(self._in_flight.values())
 
+    def in_flight_ids(self) -> set[str]:
+        """The webhook-ids of the requests being answered now (an arrival is recorded just
+        before its answer goes out, so a delivered one may still be among them a moment)."""
+        with self.lock:
+            return {wid for wid, n in self._in_flight.items() if n > 0}
+
 
 @dataclass
 class FakeGitHub:
