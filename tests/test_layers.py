@@ -23,6 +23,7 @@ LAYERS: dict[str, int] = {
     "config": 1,
     "prompts": 1,
     "envsettings": 1,
+    "unconfigured": 0,
     "logsetup": 1,
     "tracing": 1,
     "intake": 1,

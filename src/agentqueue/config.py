@@ -937,7 +937,7 @@ def settings_from(data: dict[str, Any]) -> Settings:
         overrides = environment()
         if overrides.keys() <= TEXT_FIELDS:
             # Text is all a text field takes (AGENTQUEUE_DB): nothing to validate.
-            return default_settings().model_copy(update=overrides)
+            return unconfigured_settings(overrides.get("db"))
     try:
         settings = Settings(**data)
     except ValidationError as exc:
@@ -951,6 +951,13 @@ def default_settings() -> Settings:
     them equal to ``Settings()`` validated), so that a command with no configuration builds no
     validator (start-up time). The environment is not read."""
     return _construct(Settings)
+
+
+def unconfigured_settings(db: str | None) -> Settings:
+    """The settings of an unconfigured process (see agentqueue.unconfigured): the defaults,
+    with ``db`` when ``AGENTQUEUE_DB`` gave it, as :func:`settings_from` builds them then."""
+    settings = default_settings()
+    return settings if db is None else settings.model_copy(update={"db": db})
 
 
 def _construct(model: type[M]) -> M:

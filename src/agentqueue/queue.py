@@ -22,9 +22,8 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Self, TypeVar
 from uuid import UUID
 
 from .clock import Clock, SystemClock
-from .config import Settings, load_settings
 from .domain.access import in_scope
-from .domain.audit import install_keys
+from .domain.audit import Keyring, install_keys
 from .domain.errors import InvalidInput
 from .domain.models import Task
 from .domain.states import Action, Refusal, TaskState
@@ -32,12 +31,13 @@ from .ids import parse_task_id
 from .lazy import LazyModule
 from .service import reads
 from .service.runtime import Runtime
-from .spec import TaskSpec, check_name
 from .store import DEFAULT_URL, describe_url, make_store
 from .store.base import Lease
 from .supervise import Supervisor, until_reachable
+from .unconfigured import default_db
 
 if TYPE_CHECKING:
+    from .config import Settings
     from .domain.access import TokenRecord
     from .domain.audit import Anchor
     from .domain.deliveries import DeliveryRecord
@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from .service.execution import HeartbeatReply, Outcome
     from .service.reads import Stats, TaskPage
     from .service.submit import SubmitResult
+    from .spec import TaskSpec
     from .store import Store
     from .store.base import LeaderInfo, PausedType
 else:
@@ -121,6 +122,12 @@ def _lease(item: LeaseLike) -> Lease:
     return Lease(parse_task_id(task_id), parse_task_id(token, "lock_token"))
 
 
+def _unconfigured_settings(db: str | None) -> Settings:
+    from .config import unconfigured_settings
+
+    return unconfigured_settings(db)
+
+
 class AsyncQueue:
     """A queue on one database, for asyncio code.
 
@@ -147,19 +154,34 @@ class AsyncQueue:
         open_wait_secs: float | None = None,
         sqlite_writer: str | None = None,
     ) -> None:
-        if settings is None:
-            settings = load_settings(config or os.environ.get("AGENTQUEUE_CONFIG") or None)
-        self.url = url or settings.db or DEFAULT_URL
+        given: Settings | Callable[[], Settings]
+        if settings is not None:
+            given = settings
+        else:
+            path = config or os.environ.get("AGENTQUEUE_CONFIG") or None
+            unconfigured, db = default_db(os.environ) if path is None else (False, None)
+            if unconfigured:
+                # The defaults, built when first read: a command that reads none of them (list)
+                # loads neither the configuration's models nor pydantic (start-up time).
+                given = functools.partial(_unconfigured_settings, db)
+            else:
+                from .config import load_settings
+
+                given = settings = load_settings(path)
+        self.url = url or (settings.db if settings is not None else db) or DEFAULT_URL
         # The audit keys of this process (R24), before the store: its connections carry them.
-        install_keys(settings.audit.keyring())
+        # The defaults name none.
+        install_keys(settings.audit.keyring() if settings is not None else Keyring())
         self.tenant = tenant
         self.actor = actor
         self._rt = Runtime(
             store=store or make_store(self.url, sqlite_writer=sqlite_writer),
-            settings=settings,
+            settings=given,
             clock=clock or SystemClock(),
         )
-        self._rt.pipelines  # noqa: B018 - a bad [pipelines] or [[guardrails]] fails here, at once
+        if settings is not None:
+            # A bad [pipelines] or [[guardrails]] fails here, at once (the defaults have none).
+            self._rt.pipelines  # noqa: B018
         self._opened = False
         self._open_lock: asyncio.Lock | None = None
         self._open_wait_secs = open_wait_secs
@@ -580,6 +602,8 @@ class AsyncQueue:
         (``fn(args)``, async or not) for every call of that tool a waiting task makes, apart
         from their task slots, and record what it returns as the call's result (an exception
         becomes ``{"error": "..."}``)."""
+        from .spec import check_name
+
         try:
             check_name(name, "tool")
         except ValueError as exc:
@@ -787,10 +811,12 @@ class AsyncQueue:
         Raises InvalidInput naming each bad field (``cron``, ``tz``, ``task.title``...);
         nothing is written then.
         """
+        from .service import schedules as cron_schedules
+        from .spec import TaskSpec
+
         template = (
             task.model_dump(mode="json", exclude_unset=True) if isinstance(task, TaskSpec) else task
         )
-        from .service import schedules as cron_schedules
 
         return await cron_schedules.add_schedule(
             await self._ready(),

@@ -20,16 +20,17 @@ HELP_ONLY = ("asyncio", "sqlite3", "pydantic", "pydantic_settings", "agentqueue.
 """What ``--help`` and a bare ``import agentqueue.cli`` need no more than the heavy libraries:
 the event loop, the database driver, the configuration's validation and the rules of the
 domain load when a command runs."""
-LIST_NEVER = ("pydantic_settings", "pydantic.plugin._loader", "importlib.metadata",
-              "importlib.resources", "zipfile",
-              "agentqueue.executors.inprocess", "agentqueue.service.actions",
-              "agentqueue.service.execution", "agentqueue.service.submit")  # fmt: skip
+LIST_NEVER = ("pydantic", "pydantic_core", "pydantic_settings", "importlib.metadata",
+              "importlib.resources", "zipfile", "agentqueue.config", "agentqueue.spec",
+              "agentqueue.pipelines", "agentqueue.executors.inprocess",
+              "agentqueue.service.actions", "agentqueue.service.execution",
+              "agentqueue.service.submit")  # fmt: skip
 """What ``list`` with no configuration file and no override does not load: the settings are the
-defaults, built without validation (pydantic loads its plugins, through importlib.metadata, when
-it first builds a validator; pydantic-settings is not a dependency), and the queue's operations
-other than the reads are loaded when first called; the store's SQL files are read from the
-package's directory (importlib.resources, which loads zipfile and the compressors, only for a
-package run from a zip archive)."""
+defaults, built when first read (agentqueue.unconfigured), and ``list`` reads none of them, so
+neither the configuration's models nor pydantic are loaded (pydantic-settings is not a
+dependency); the queue's operations other than the reads are loaded when first called; the
+store's SQL files are read from the package's directory (importlib.resources, which loads
+zipfile and the compressors, only for a package run from a zip archive)."""
 OURS = (
     "agentqueue.api",
     "agentqueue.worker",
@@ -128,12 +129,31 @@ def test_the_command_table_names_every_command_of_every_module() -> None:
         assert command is not None and command.name == name
 
 
-def test_list_with_the_database_in_the_environment_builds_no_validator(tmp_path: Path) -> None:
-    """AGENTQUEUE_DB sets a text setting: the defaults still need no validation."""
+def test_list_with_the_database_in_the_environment_loads_no_configuration(
+    tmp_path: Path,
+) -> None:
+    """AGENTQUEUE_DB sets a text setting, and an agent's own variables set none: the defaults
+    still apply, and are never built."""
     url = f"sqlite:///{tmp_path / 'small.db'}"
-    modules = loaded("list", AGENTQUEUE_DB=url)
+    modules = loaded("list", AGENTQUEUE_DB=url, AGENTQUEUE_TASK_ID="x", AGENTQUEUE_ACTOR="me")
     assert "agentqueue.store.sqlite.dialect" in modules
     assert sorted(modules & set(LIST_NEVER)) == []
+
+
+def test_list_with_a_setting_in_the_environment_validates_it(tmp_path: Path) -> None:
+    """A variable that sets a setting is read and validated as the queue is built, so a bad one
+    fails the command at once, naming it."""
+    url = f"sqlite:///{tmp_path / 'small.db'}"
+    modules = loaded("--db", url, "list", AGENTQUEUE_QUEUE__LEASE_TTL_SECS="12")
+    assert {"agentqueue.config", "pydantic"} <= modules
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("AGENTQUEUE_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "agentqueue.cli", "--db", url, "list"],
+        capture_output=True, text=True, timeout=60,
+        env={**environ, "AGENTQUEUE_QUEUE__LEASE_TTL_SECS": "soon"},
+    )  # fmt: skip
+    assert done.returncode != 0
+    assert "queue.lease_ttl_secs" in done.stderr
 
 
 def test_the_store_reads_its_sql_files_from_a_zip_archive_too(tmp_path: Path) -> None:

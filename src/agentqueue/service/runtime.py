@@ -5,40 +5,71 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..clock import Clock, SystemClock
-from ..config import Settings
-from ..pipelines import Pipelines
 from ..store import Store
 from ..store.base import CandidateQuery, WorkHints
 
+if TYPE_CHECKING:
+    from ..config import Settings
+    from ..pipelines import Pipelines
 
-@dataclass
+
+def _validated_defaults() -> Settings:
+    from ..config import Settings
+
+    return Settings()
+
+
 class Runtime:
-    """The injected parts. ``spread`` draws the jitter of backoff delays."""
+    """The injected parts. ``spread`` draws the jitter of backoff delays.
 
-    store: Store
-    settings: Settings = field(default_factory=Settings)
-    clock: Clock = field(default_factory=SystemClock)
-    spread: Callable[[], float] = random.random
-    paused_cache: tuple[float, frozenset[str]] | None = None
-    """Paused task types as last read (monotonic time, types): submit consults them to leave a
-    paused type pending; claims filter paused types in the database, so a short-lived copy
-    never lets a paused task run."""
+    ``settings`` are the settings in force, or a function that builds them when they are first
+    read (default: ``Settings()``, which reads the environment). So a command that never reads
+    them (``list`` with no configuration) never loads their models, nor pydantic."""
 
-    hints_read: tuple[float, WorkHints] | None = None
-    """The work hints as last read (monotonic time of the read, hints), see work_hints."""
+    def __init__(
+        self,
+        store: Store,
+        settings: Settings | Callable[[], Settings] = _validated_defaults,
+        clock: Clock | None = None,
+        spread: Callable[[], float] = random.random,
+    ) -> None:
+        self.store = store
+        self._settings = settings
+        self.clock: Clock = clock if clock is not None else SystemClock()
+        self.spread = spread
+        self.paused_cache: tuple[float, frozenset[str]] | None = None
+        """Paused task types as last read (monotonic time, types): submit consults them to
+        leave a paused type pending; claims filter paused types in the database, so a
+        short-lived copy never lets a paused task run."""
+        self.hints_read: tuple[float, WorkHints] | None = None
+        """The work hints as last read (monotonic time of the read, hints), see work_hints."""
+        self.built_pipelines: Pipelines | None = None
+        self.candidates_read: CandidateQuery | None = None
+        """The candidates the last routed admission pass read: the next one reads the same
+        ahead, with its load (see scheduler.admission)."""
 
-    built_pipelines: Pipelines | None = None
-    candidates_read: CandidateQuery | None = None
-    """The candidates the last routed admission pass read: the next one reads the same ahead,
-    with its load (see scheduler.admission)."""
+    @property
+    def settings(self) -> Settings:
+        """The settings in force (built now, if they were given as a function)."""
+        given = self._settings
+        if callable(given):
+            given = self._settings = given()
+        return given
+
+    @property
+    def settings_built(self) -> bool:
+        """Whether the settings have been built (or were given built)."""
+        return not callable(self._settings)
 
     @property
     def pipelines(self) -> Pipelines:
         """The pipeline of every kind, built from the settings on first use."""
         if self.built_pipelines is None:
+            from ..pipelines import Pipelines
+
             self.built_pipelines = Pipelines(self.settings)
         return self.built_pipelines
 
