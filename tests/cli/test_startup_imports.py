@@ -110,6 +110,25 @@ def test_list_on_sqlite_loads_no_heavy_module(tmp_path: Path) -> None:
     assert "agentqueue.bench.cli" not in modules
 
 
+def test_the_other_reads_load_no_configuration_either(tmp_path: Path) -> None:
+    """``stats``, ``events``, ``logs``, ``dlq list`` and ``deliveries list`` read no setting
+    either (README, Progress and start-up), so they load neither pydantic nor the configuration;
+    ``show`` does (a task's reasons ask its pipeline's routing), and loads them then."""
+    url = f"sqlite:///{tmp_path / 'small.db'}"
+    submitted = subprocess.run(
+        [sys.executable, "-m", "agentqueue.cli", "--db", url, "submit", "--title", "t",
+         "--type", "docs", "--json"],
+        check=True, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    task = json.loads(submitted.stdout)["id"]
+    for command in (["stats"], ["events", task], ["logs", task], ["dlq", "list"],
+                    ["deliveries", "list"]):  # fmt: skip
+        modules = loaded("--db", url, *command)
+        assert "agentqueue.store.sqlite.dialect" in modules, command
+        assert sorted(modules & set(LIST_NEVER)) == [], command
+    assert {"agentqueue.config", "pydantic"} <= loaded("--db", url, "show", task)
+
+
 def test_the_command_table_names_every_command_of_every_module() -> None:
     """Every command a module defines is in the table under its own name, and nothing else is:
     a command added to a module and not to the table would be missing from the CLI."""
