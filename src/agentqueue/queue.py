@@ -154,10 +154,9 @@ class AsyncQueue:
         open_wait_secs: float | None = None,
         sqlite_writer: str | None = None,
     ) -> None:
-        given: Settings | Callable[[], Settings]
-        if settings is not None:
-            given = settings
-        else:
+        given: Settings | Callable[[], Settings] | None = settings
+        db = settings.db if settings is not None else None
+        if given is None:
             path = config or os.environ.get("AGENTQUEUE_CONFIG") or None
             unconfigured, db = default_db(os.environ) if path is None else (False, None)
             if unconfigured:
@@ -168,7 +167,8 @@ class AsyncQueue:
                 from .config import load_settings
 
                 given = settings = load_settings(path)
-        self.url = url or (settings.db if settings is not None else db) or DEFAULT_URL
+                db = settings.db
+        self.url = url or db or DEFAULT_URL
         # The audit keys of this process (R24), before the store: its connections carry them.
         # The defaults name none.
         install_keys(settings.audit.keyring() if settings is not None else Keyring())

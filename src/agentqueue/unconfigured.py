@@ -2,8 +2,8 @@
 
 A process is unconfigured when no configuration file is named and no ``AGENTQUEUE_`` variable
 sets a setting other than ``db`` (text, of which every value is valid). Its settings are then the
-defaults with that text, and a command that never reads them (``list``, ``show``, ``stats``) need
-not load their models, nor pydantic, which is most of a one-shot command's start-up. This module
+defaults with that text, and a command that never reads them (``list``, ``stats``, ``events``)
+need not load their models, nor pydantic, which was about a third of ``list``'s start. This module
 imports nothing of the configuration; a test holds its names to the models of
 :mod:`agentqueue.config` and its answer to what :func:`agentqueue.config.environment` reads.
 """
