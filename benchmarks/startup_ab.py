@@ -8,17 +8,20 @@ Each variant is ``LABEL=SRC`` where SRC is a directory holding the ``agentqueue`
 started as the installed ``agentqueue`` script starts (``agentqueue.launch.main``, then
 ``sys.exit``), with SRC first on PYTHONPATH and bytecode written, as an installed package has it.
 Every round runs each variant's two commands ``--runs`` times, the variants in turn; the medians
-over all rounds are printed per variant, with the ratio of each later variant's to the first's::
+over all rounds are printed per variant, with the ratio of each later variant's to the first's.
+``--show`` adds ``show`` of a task that has ended (cancelled) and of one that waits::
 
     .venv/bin/python benchmarks/startup_ab.py --variant A=/tmp/base/src --variant B=src \\
-        [--runs 5] [--rounds 4]
+        [--runs 5] [--rounds 4] [--show]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -45,17 +48,36 @@ def _time(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
     return wall * 1000, cpu * 1000
 
 
+def _show_commands(exe: list[str], db: list[str], env: dict[str, str]) -> dict[str, list[str]]:
+    """``show`` of two of the database's tasks (``db`` is its ``--db URL``): the first cancelled
+    (ended: no reasons to tell), the second left queued (its reasons are told)."""
+    listed = subprocess.run(
+        [*exe, *db, "list", "--json", "--limit", "2"],
+        env=env, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    ended, waiting = (task["id"] for task in json.loads(listed.stdout))
+    subprocess.run([*exe, *db, "cancel", ended], env=env, capture_output=True, check=True)
+    return {"show (ended)": [*db, "show", ended], "show (waiting)": [*db, "show", waiting]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--variant", action="append", default=[], help="LABEL=SRC")
     parser.add_argument("--runs", type=int, default=5, help="runs of each command a round")
     parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument(
+        "--show",
+        action="store_true",
+        help="also time `show` of a task that has ended (cancelled) and of one that waits",
+    )
     args = parser.parse_args()
     variants = [(v.label, v.src) for v in parse_variants(parser, args.variant)]
     exe = [sys.executable, "-c", SCRIPT]
     with tempfile.TemporaryDirectory(prefix="aq-startup-ab-") as tmp:
         # The database is made by the first tree; every tree reads it.
         commands = small_database(tmp, exe, _env(variants[0][1]))
+        if args.show:
+            commands.update(_show_commands(exe, commands["list"][:2], _env(variants[0][1])))
         walls: dict[tuple[str, str], list[float]] = {}
         cpus: dict[tuple[str, str], list[float]] = {}
         for _, src in variants:  # once each, to warm the file cache and write bytecode

@@ -111,9 +111,10 @@ def test_list_on_sqlite_loads_no_heavy_module(tmp_path: Path) -> None:
 
 
 def test_the_other_reads_load_no_configuration_either(tmp_path: Path) -> None:
-    """``stats``, ``events``, ``logs``, ``dlq list`` and ``deliveries list`` read no setting
-    either (README, Progress and start-up), so they load neither pydantic nor the configuration;
-    ``show`` does (a task's reasons ask its pipeline's routing), and loads them then."""
+    """``stats``, ``events``, ``logs``, ``dlq list``, ``deliveries list`` and ``show`` of a task
+    that has ended read no setting either (README, Progress and start-up), so they load neither
+    pydantic nor the configuration; ``show`` of a task that waits does (its reasons ask its
+    pipeline's routing), and loads them then."""
     url = f"sqlite:///{tmp_path / 'small.db'}"
     submitted = subprocess.run(
         [sys.executable, "-m", "agentqueue.cli", "--db", url, "submit", "--title", "t",
@@ -127,6 +128,13 @@ def test_the_other_reads_load_no_configuration_either(tmp_path: Path) -> None:
         assert "agentqueue.store.sqlite.dialect" in modules, command
         assert sorted(modules & set(LIST_NEVER)) == [], command
     assert {"agentqueue.config", "pydantic"} <= loaded("--db", url, "show", task)
+    subprocess.run(
+        [sys.executable, "-m", "agentqueue.cli", "--db", url, "cancel", task],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    modules = loaded("--db", url, "show", task)
+    assert "agentqueue.service.threads" in modules  # it did read the task's thread
+    assert sorted(modules & set(LIST_NEVER)) == []
 
 
 def test_the_command_table_names_every_command_of_every_module() -> None:

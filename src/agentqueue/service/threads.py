@@ -4,13 +4,15 @@ pipeline says (``Pipelines.reply``); mail does."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from ..domain.models import Task
 from . import reads
 from .runtime import Runtime
-from .submit import SubmitResult, submit_many
+
+if TYPE_CHECKING:
+    from .submit import SubmitResult
 
 MAX_DEPTH = 1000
 """How far up a thread is followed (a guard; threads are never cyclic: a reply names an
@@ -22,6 +24,10 @@ async def send_reply(rt: Runtime, task: Task, body: Any) -> SubmitResult:
     pipeline makes of ``body``, checked like any. InvalidInput naming the field if its kind takes
     no replies or ``body`` is not one; a reply already sent is not sent again (its result says
     ``created`` False)."""
+    # The write path (and the task's model, pydantic) is loaded here, not for reading a thread
+    # (``show``, start-up time).
+    from .submit import submit_many
+
     fields = rt.pipelines.reply(task, body)
     (result,) = await submit_many(rt, [fields], tenant=task.tenant, single=True)
     return result
