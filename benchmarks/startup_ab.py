@@ -77,7 +77,8 @@ def main() -> None:
         # The database is made by the first tree; every tree reads it.
         commands = small_database(tmp, exe, _env(variants[0][1]))
         if args.show:
-            commands.update(_show_commands(exe, commands["list"][:2], _env(variants[0][1])))
+            database = commands["list"][:-1]  # --db URL, before the command
+            commands.update(_show_commands(exe, database, _env(variants[0][1])))
         walls: dict[tuple[str, str], list[float]] = {}
         cpus: dict[tuple[str, str], list[float]] = {}
         for _, src in variants:  # once each, to warm the file cache and write bytecode

@@ -39,8 +39,9 @@ from .envsettings import by_field_name, deep_update, environment_values
 from .prompts import PromptError, Prompts, PromptTemplate
 from .prompts import check as check_prompt
 from .spec import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_TENANT, check_name
+from .unconfigured import PREFIX as ENV_PREFIX
+from .unconfigured import TEXT_FIELD, WHOLE_EXCLUDED
 
-ENV_PREFIX = "AGENTQUEUE_"
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -764,14 +765,10 @@ class IntakeSettings(_Section):
     github: list[GitHubRule] = Field(default_factory=list)
 
 
-WHOLE_EXCLUDED = frozenset({"api"})
-"""Fields not read from their own variable: ``AGENTQUEUE_API`` is the URL of a server for the
-CLI, which would otherwise be read as the whole ``[api]`` section in JSON and refused (its keys
-are still read: ``AGENTQUEUE_API__PORT``)."""
-
-
-TEXT_FIELDS = frozenset({"db"})
-"""Top-level fields of type ``str | None``, which any variable's text is a valid value of."""
+TEXT_FIELDS = frozenset({TEXT_FIELD})
+"""Top-level fields of type ``str | None``, which any variable's text is a valid value of
+(``WHOLE_EXCLUDED``, the fields not read from their own variable, and this one are defined in
+agentqueue.unconfigured, which tells an unconfigured process without loading these models)."""
 
 
 def environment(environ: Mapping[str, str] | None = None) -> dict[str, Any]:

@@ -12,10 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-PREFIX = "agentqueue_"
-"""Matched without regard to case, as agentqueue.envsettings matches it."""
+PREFIX = "AGENTQUEUE_"
+"""The variables' prefix (``config.ENV_PREFIX``), matched without regard to case, as
+agentqueue.envsettings matches it."""
 
 NESTING = "__"
+"""What descends a level (``envsettings.NESTING``; the property test holds the two to one
+answer)."""
 
 FIELDS = frozenset(
     {
@@ -49,8 +52,9 @@ FIELDS = frozenset(
 a key below it) sets a setting."""
 
 WHOLE_EXCLUDED = frozenset({"api"})
-"""Fields not read from their own variable (``config.WHOLE_EXCLUDED``: ``AGENTQUEUE_API`` names
-a server for the command line)."""
+"""Fields not read from their own variable: ``AGENTQUEUE_API`` is the URL of a server for the
+command line, which would otherwise be read as the whole ``[api]`` section in JSON and refused
+(its keys are still read: ``AGENTQUEUE_API__PORT``). ``config`` reads the environment with it."""
 
 TEXT_FIELD = "db"
 """The one field any variable's text is a valid value of (``config.TEXT_FIELDS``)."""
@@ -64,7 +68,7 @@ def default_db(environ: Mapping[str, str]) -> tuple[bool, str | None]:
     seen = False
     for name, value in environ.items():
         lower = name.lower()
-        if not lower.startswith(PREFIX):
+        if not lower.startswith(PREFIX.lower()):
             continue
         key = lower[len(PREFIX) :]
         head = key.partition(NESTING)[0]

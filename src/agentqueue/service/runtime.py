@@ -16,23 +16,17 @@ if TYPE_CHECKING:
     from ..pipelines import Pipelines
 
 
-def _validated_defaults() -> Settings:
-    from ..config import Settings
-
-    return Settings()
-
-
 class Runtime:
     """The injected parts. ``spread`` draws the jitter of backoff delays.
 
     ``settings`` are the settings in force, or a function that builds them when they are first
-    read (default: ``Settings()``, which reads the environment). So a command that never reads
-    them (``list`` with no configuration) never loads their models, nor pydantic."""
+    read. So a command that never reads them (``list`` with no configuration) never loads their
+    models, nor pydantic."""
 
     def __init__(
         self,
         store: Store,
-        settings: Settings | Callable[[], Settings] = _validated_defaults,
+        settings: Settings | Callable[[], Settings],
         clock: Clock | None = None,
         spread: Callable[[], float] = random.random,
     ) -> None:
