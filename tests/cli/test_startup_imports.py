@@ -232,3 +232,10 @@ def test_a_worker_with_no_schedule_and_no_config_loads_no_cron_or_validator(
     )  # fmt: skip
     assert "agentqueue.worker.runner" in modules and "agentqueue.scheduler.loop" in modules
     assert sorted(m for m in modules if m.split(".")[0] in WORKER_NEVER or m in WORKER_NEVER) == []
+    # The drain benchmark's app is written as a user writes one: of the benchmarks it loads the
+    # name of its task type alone, so the worker measured starts as a user's would.
+    assert sorted(m for m in modules if m.startswith("agentqueue.bench")) == [
+        "agentqueue.bench",
+        "agentqueue.bench.names",
+        "agentqueue.bench.noop_app",
+    ]

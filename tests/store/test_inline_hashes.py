@@ -17,9 +17,9 @@ import psycopg
 import pytest
 
 from agentqueue import AsyncQueue
-from agentqueue.bench.common import NOOP
 from agentqueue.bench.db import preload
 from agentqueue.bench.floor import capture
+from agentqueue.bench.names import NOOP
 from agentqueue.store.sqlfile import load_queries
 
 pytestmark = pytest.mark.postgres

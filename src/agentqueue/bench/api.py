@@ -43,7 +43,6 @@ from ..queue import AsyncQueue
 from ..service import tokens
 from ..store.admin import truncate_tables
 from .common import (
-    NOOP,
     BenchContext,
     Row,
     fmt_ms,
@@ -57,6 +56,7 @@ from .common import (
 )
 from .db import analyze, fresh_url, specs
 from .httpload import Connection, request_bytes
+from .names import NOOP
 from .procs import Child
 
 NAME = "api"

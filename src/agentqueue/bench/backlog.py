@@ -17,8 +17,9 @@ from ..domain.states import TaskState
 from ..queue import AsyncQueue
 from ..service.execution import Outcome, OutcomeKind
 from ..store.admin import execute
-from .common import NOOP, BenchContext, Row, fmt_ms, percentile, ratio, target_row
+from .common import BenchContext, Row, fmt_ms, percentile, ratio, target_row
 from .db import count, fresh_url, preload
+from .names import NOOP
 
 NAME = "backlog"
 SYSTEM = "agentqueue (PostgreSQL)"

@@ -39,8 +39,8 @@ from ..domain.states import TaskState
 from ..executors.inprocess import TaskContext
 from ..logsetup import configure
 from ..queue import AsyncQueue
-from .common import NOOP
 from .db import specs
+from .names import NOOP
 from .procs import own_and_children_peak_rss_bytes, tree_cpu_seconds
 
 

@@ -18,11 +18,6 @@ BACKENDS: tuple[Backend, ...] = ("postgresql", "sqlite")
 SYSTEMS = {"postgresql": "agentqueue (PostgreSQL)", "sqlite": "agentqueue (SQLite)"}
 """The name a report gives agentqueue on each backend."""
 
-NOOP = "bench_noop"
-"""Task type of the no-op tasks."""
-IO_STEP = "bench_io_step"
-"""Task type of the scaling tasks (an agent step that waits on I/O)."""
-
 
 @dataclass(frozen=True)
 class Sizes:

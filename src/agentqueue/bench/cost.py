@@ -18,7 +18,6 @@ from typing import Any
 
 from .common import (
     BACKENDS,
-    NOOP,
     Backend,
     BenchContext,
     Row,
@@ -29,6 +28,7 @@ from .common import (
 )
 from .db import fresh_url
 from .drain import drain_agentqueue
+from .names import NOOP
 from .procs import (
     Child,
     peak_rss_bytes,

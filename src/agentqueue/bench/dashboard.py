@@ -21,8 +21,9 @@ from ..api.app import create_app
 from ..dashboard.session import COOKIE
 from ..queue import AsyncQueue
 from ..store.admin import execute
-from .common import NOOP, BenchContext, Row, fmt_ms, percentile, target_row
+from .common import BenchContext, Row, fmt_ms, percentile, target_row
 from .db import complete_some, fresh_url, preload
+from .names import NOOP
 
 NAME = "dashboard"
 SYSTEM = "agentqueue (PostgreSQL)"

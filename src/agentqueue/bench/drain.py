@@ -38,7 +38,6 @@ from ..domain.states import TaskState
 from ..queue import AsyncQueue
 from ..store.admin import scalar
 from .common import (
-    NOOP,
     Backend,
     BenchContext,
     Row,
@@ -53,6 +52,7 @@ from .common import (
 )
 from .db import analyze as analyze_tables
 from .db import count, fresh_url, preload
+from .names import NOOP
 from .peers import PEERS, Peer, Setting, run_peer
 from .procs import Child, ChildError, machine_busy_secs
 

@@ -38,9 +38,10 @@ from ..store.sqlfile import load_queries
 from ..worker.flusher import OUTCOMES_PER_BATCH
 from ..worker.tuning import slots_for_handlers, tune
 from .child import DRAIN_SETTINGS
-from .common import NOOP, BenchContext, Row, fmt_rate, median_pass, rate, ratio, rotated, target_row
+from .common import BenchContext, Row, fmt_rate, median_pass, rate, ratio, rotated, target_row
 from .db import count
 from .drain import drain_agentqueue, preload_fresh, statistics
+from .names import NOOP
 from .procs import machine_busy_secs
 
 NAME = "floor"

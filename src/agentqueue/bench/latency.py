@@ -23,7 +23,6 @@ from ..domain.states import Action, TaskState
 from ..queue import AsyncQueue
 from .common import (
     BACKENDS,
-    NOOP,
     Backend,
     BenchContext,
     Row,
@@ -33,6 +32,7 @@ from .common import (
     target_row,
 )
 from .db import fresh_url, wait_for_count
+from .names import NOOP
 from .procs import Child
 
 NAME = "latency"

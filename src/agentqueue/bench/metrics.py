@@ -17,8 +17,9 @@ from ..domain.states import TaskState
 from ..queue import AsyncQueue
 from ..service.metrics import exposition
 from ..store.admin import execute
-from .common import NOOP, BenchContext, Row, fmt_ms, percentile, target_row
+from .common import BenchContext, Row, fmt_ms, percentile, target_row
 from .db import complete_some, count, fresh_url, preload
+from .names import NOOP
 
 NAME = "metrics"
 SYSTEM = "agentqueue (PostgreSQL)"

@@ -9,7 +9,7 @@ from typing import Any
 
 import agentqueue
 
-from .common import NOOP
+from .names import NOOP
 
 queue = agentqueue.Queue(os.environ.get("AQ_BENCH_APP_DB", "sqlite:///agentqueue.db"))
 

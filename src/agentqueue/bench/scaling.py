@@ -16,8 +16,9 @@ from typing import Any
 from ..domain.states import TaskState
 from ..queue import AsyncQueue
 from ..store.admin import scalar
-from .common import IO_STEP, BenchContext, Row, fmt_rate, rate, ratio, target_row
+from .common import BenchContext, Row, fmt_rate, rate, ratio, target_row
 from .db import analyze, fresh_url, preload, wait_for_count
+from .names import IO_STEP
 from .procs import Child
 
 NAME = "scaling"
