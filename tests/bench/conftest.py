@@ -23,7 +23,11 @@ def bench_db(request: pytest.FixtureRequest) -> Iterator[str]:
 
     def drop() -> None:
         with psycopg.connect(PG_SERVER, autocommit=True) as admin:
-            for db in (name, *(f"{name}_{p.name}" for p in PEERS)):
+            # The peers' and the backlog sizes' databases are named after the run's.
+            named = admin.execute(
+                "SELECT datname FROM pg_database WHERE starts_with(datname, %s)", (f"{name}_",)
+            ).fetchall()
+            for db in {name, *(f"{name}_{p.name}" for p in PEERS), *(row[0] for row in named)}:
                 admin.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
 
     drop()

@@ -29,7 +29,10 @@ class Sizes:
     latency_rate: float = 50.0
     latency_secs: float = 10.0
     backlog: tuple[int, ...] = (1_000, 100_000, 1_000_000)
-    backlog_claims: int = 50
+    backlog_claims: int = 200
+    """Timed claims per backlog size, split evenly between the rounds."""
+    backlog_rounds: int = 10
+    """Rounds in which the backlog sizes take turns at their claims."""
     metrics_tasks: int = 1_000_000
     metrics_scrapes: int = 200
     claim_size: int = 10
@@ -86,6 +89,7 @@ class Sizes:
                 latency_secs=1.5,
                 backlog=(1_000, 10_000),
                 backlog_claims=20,
+                backlog_rounds=2,
                 metrics_tasks=10_000,
                 metrics_scrapes=20,
                 scaling_n=min(n, 240),

@@ -27,13 +27,18 @@ async def reset_postgres(url: str) -> None:
     await truncate_tables(url)
 
 
+async def fresh_postgres(url: str) -> None:
+    """The PostgreSQL database of ``url`` created anew and migrated, like the peers get theirs:
+    no statistics left from an earlier analyzed run."""
+    await drop_database(url)
+    await ensure_database(url)
+    await reset_postgres(url)
+
+
 async def fresh_url(ctx: BenchContext, backend: Backend, label: str) -> str:
     """A database in its initial state: PostgreSQL emptied, or a new SQLite file."""
     if backend == "postgresql":
-        # A new database, like the peers get: no statistics left from an earlier analyzed run.
-        await drop_database(ctx.pg_url)
-        await ensure_database(ctx.pg_url)
-        await reset_postgres(ctx.pg_url)
+        await fresh_postgres(ctx.pg_url)
         return ctx.pg_url
     url = ctx.sqlite_url(label)
     queue = AsyncQueue(url)

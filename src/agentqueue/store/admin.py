@@ -78,3 +78,13 @@ async def scalar(url: str, query: str) -> Any:
         cur = await conn.execute(query.encode())
         row = await cur.fetchone()
         return None if row is None else row[0]
+
+
+async def checkpoint(url: str) -> bool:
+    """A CHECKPOINT of the server of ``url`` (every database's dirty pages written now); False
+    if the role may not (PostgreSQL 15: a superuser or a member of pg_checkpoint)."""
+    try:
+        await execute(url, "CHECKPOINT")
+    except psycopg.errors.InsufficientPrivilege:
+        return False
+    return True
