@@ -27,7 +27,7 @@ import re
 import psycopg
 
 from agentqueue import AsyncQueue
-from agentqueue.bench.names import NOOP
+from agentqueue.bench.common import NOOP
 from agentqueue.bench.routed import ROUTED
 from agentqueue.config import Settings
 from agentqueue.store.admin import drop_database, ensure_database

@@ -49,8 +49,8 @@ from pathlib import Path
 from typing import Any
 
 from agentqueue import AsyncQueue, TaskState
+from agentqueue.bench.common import NOOP
 from agentqueue.bench.db import reset_postgres, wait_for_count
-from agentqueue.bench.names import NOOP
 from agentqueue.bench.procs import Child
 from agentqueue.bench.routed import ROUTED
 from agentqueue.config import Settings

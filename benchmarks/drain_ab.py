@@ -74,8 +74,8 @@ async def _prepare(url: str, n: int, extra_sql: str | None) -> None:
     """A fresh database at ``url``: migrated, preloaded with ``n`` no-op tasks, analyzed
     (PostgreSQL; SQLite gathers no statistics by itself, and the drain benchmark gives it
     none)."""
+    from agentqueue.bench.common import NOOP
     from agentqueue.bench.db import preload
-    from agentqueue.bench.names import NOOP
     from agentqueue.queue import AsyncQueue
     from agentqueue.store.admin import drop_database, ensure_database, execute
 

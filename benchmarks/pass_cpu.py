@@ -45,8 +45,8 @@ WHAT = ("routed", "sqlite-claim")
 async def _routed(url: str, n: int) -> tuple[int, float]:
     """Admit N routed pending tasks 1,000 at a time; tasks admitted after the first pass, and
     the CPU seconds they took."""
+    from agentqueue.bench.common import NOOP
     from agentqueue.bench.db import preload
-    from agentqueue.bench.names import NOOP
     from agentqueue.bench.routed import ROUTED
     from agentqueue.config import Settings
     from agentqueue.queue import AsyncQueue
@@ -73,8 +73,8 @@ async def _routed(url: str, n: int) -> tuple[int, float]:
 
 async def _sqlite_claim(path: str, n: int) -> tuple[int, float]:
     """Claim N queued tasks from a fresh SQLite file 250 at a time; how many, and the CPU."""
+    from agentqueue.bench.common import NOOP
     from agentqueue.bench.db import preload
-    from agentqueue.bench.names import NOOP
     from agentqueue.queue import AsyncQueue
 
     queue = AsyncQueue(f"sqlite:///{path}", actor="bench")

@@ -144,7 +144,7 @@ def trickle(env: dict[str, str], url: str, n: int, every: float) -> dict[str, ob
 
 
 async def _submit(url: str, n: int, every: float) -> None:
-    from agentqueue.bench.names import NOOP
+    from agentqueue.bench.common import NOOP
     from agentqueue.queue import AsyncQueue
 
     queue = AsyncQueue(url, actor="bench")

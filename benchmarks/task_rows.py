@@ -33,7 +33,7 @@ READS = 200
 
 
 async def _prepare(url: str) -> None:
-    from agentqueue.bench.names import NOOP
+    from agentqueue.bench.common import NOOP
     from agentqueue.queue import AsyncQueue
     from agentqueue.store.admin import drop_database, ensure_database, execute
 

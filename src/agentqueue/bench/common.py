@@ -13,6 +13,12 @@ from typing import Any, Literal
 
 from ..worker.tuning import ASYNC_CONCURRENCY
 
+# Re-exported: the programs under benchmarks/ import the task types from here, where every tree
+# has had them, since they run against older trees too (drain_ab.py's variants prepare with
+# the variant's own agentqueue first on the path).
+from .names import IO_STEP as IO_STEP
+from .names import NOOP as NOOP
+
 Backend = Literal["postgresql", "sqlite"]
 BACKENDS: tuple[Backend, ...] = ("postgresql", "sqlite")
 SYSTEMS = {"postgresql": "agentqueue (PostgreSQL)", "sqlite": "agentqueue (SQLite)"}
