@@ -8,8 +8,6 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from agentqueue.bench.peers import PEERS
-
 PG_SERVER = os.environ.get("AGENTQUEUE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
 
 
@@ -23,11 +21,11 @@ def bench_db(request: pytest.FixtureRequest) -> Iterator[str]:
 
     def drop() -> None:
         with psycopg.connect(PG_SERVER, autocommit=True) as admin:
-            # The peers' and the backlog sizes' databases are named after the run's.
+            # The peers' (<name>_<peer>) and the backlog sizes' databases are named after it.
             named = admin.execute(
                 "SELECT datname FROM pg_database WHERE starts_with(datname, %s)", (f"{name}_",)
             ).fetchall()
-            for db in {name, *(f"{name}_{p.name}" for p in PEERS), *(row[0] for row in named)}:
+            for db in (name, *(row[0] for row in named)):
                 admin.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
 
     drop()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
@@ -72,3 +73,24 @@ def test_shares_split_the_claims_evenly() -> None:
     assert backlog.shares(100, 5) == [20] * 5
     assert backlog.shares(7, 3) == [3, 2, 2]
     assert sum(backlog.shares(101, 4)) == 101
+
+
+def test_a_checkpoint_the_role_may_not_take_is_reported_not_raised(bench_db: str) -> None:
+    """``store.admin.checkpoint`` answers False for a role without the right (neither a
+    superuser nor in pg_checkpoint), and the backlog then notes it instead of failing."""
+    from agentqueue.store.admin import checkpoint, ensure_database
+
+    server = bench_db.rsplit("/", 1)[0]
+    role = f"aq_no_checkpoint_{bench_db.rsplit('_', 1)[1]}"
+    with psycopg.connect(f"{server}/postgres", autocommit=True) as admin:
+        admin.execute(f'DROP ROLE IF EXISTS "{role}"')
+        admin.execute(f'CREATE ROLE "{role}" LOGIN')
+    try:
+        asyncio.run(ensure_database(bench_db))
+        assert asyncio.run(checkpoint(bench_db)) is True  # the test server's superuser may
+        parts = urlsplit(bench_db)
+        as_role = urlunsplit(parts._replace(netloc=f"{role}@{parts.netloc.rpartition('@')[2]}"))
+        assert asyncio.run(checkpoint(as_role)) is False
+    finally:
+        with psycopg.connect(f"{server}/postgres", autocommit=True) as admin:
+            admin.execute(f'DROP ROLE IF EXISTS "{role}"')

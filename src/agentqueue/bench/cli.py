@@ -41,7 +41,8 @@ def _missing_extras(progress: bool, chart: bool) -> list[str]:
     default=DEFAULT_PG,
     show_default=True,
     help="PostgreSQL database for the runs (created if missing; its agentqueue tables are "
-    "emptied). Peers use <database>_<peer> databases on the same server.",
+    "emptied). Peers use <database>_<peer> databases on the same server, and the backlog "
+    "benchmark <database>_backlog_<size> ones (dropped when it ends).",
 )
 @click.option(
     "--out",
